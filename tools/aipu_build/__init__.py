@@ -1,0 +1,1 @@
+"""Build pipeline of the aipu-dkms package: config -> fetch -> patch -> render -> package."""

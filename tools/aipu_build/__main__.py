@@ -1,0 +1,95 @@
+"""Command line of the build pipeline; the Makefile targets call it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import fetch
+from .config import DEFAULT_CONFIG, load_config
+from .errors import BuildError, ExitCode
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aipu-build", description=__doc__)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("fetch", help="get, verify and cache the upstream driver subtree")
+    commands.add_parser("upstream-path", help="print the cached upstream tree, if verified")
+    patched = commands.add_parser("patch", help="write upstream + patches/ to a folder")
+    patched.add_argument("destination", type=Path)
+    render = commands.add_parser("render", help="render dkms.conf into a file")
+    render.add_argument("destination", type=Path)
+    source = commands.add_parser("source-tree", help="write the Debian source tree")
+    source.add_argument("build_dir", type=Path)
+    source.add_argument("--revision", help="override the Debian revision")
+    deb = commands.add_parser("deb", help="build the Debian source and binary packages")
+    deb.add_argument("--build-dir", type=Path, required=True)
+    deb.add_argument("--dist", type=Path, required=True)
+    deb.add_argument("--revision", help="override the Debian revision")
+    deb.add_argument("--no-lintian", action="store_true")
+    commands.add_parser("version", help="print the Debian version")
+    return parser
+
+
+def _fetch(config_path: Path) -> Path:
+    config = load_config(config_path)
+    tarball = os.environ.get("UPSTREAM_TARBALL") or None
+    return fetch.fetch_upstream(
+        config,
+        git_source=os.environ.get("UPSTREAM_GIT") or None,
+        tarball=Path(tarball) if tarball else None,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if args.command == "fetch":
+            print(_fetch(args.config))
+        elif args.command == "upstream-path":
+            tree = fetch.find_upstream(config)
+            if tree is None:
+                print("upstream tree not in the cache: run 'make fetch'", file=sys.stderr)
+                return ExitCode.UPSTREAM
+            print(tree)
+        elif args.command == "version":
+            print(config.debian_version)
+        elif args.command == "patch":
+            from .patching import patched_copy
+
+            print(patched_copy(_fetch(args.config), args.destination))
+        elif args.command == "render":
+            from .render import write_dkms_conf
+
+            write_dkms_conf(config, args.destination)
+        elif args.command == "source-tree":
+            from .package import source_tree
+
+            if args.revision:
+                config = config.with_revision(args.revision)
+            print(source_tree(config, _fetch(args.config), args.build_dir))
+        elif args.command == "deb":
+            from .package import build_packages
+
+            if args.revision:
+                config = config.with_revision(args.revision)
+            for artifact in build_packages(
+                config, _fetch(args.config), args.build_dir, args.dist,
+                lintian=not args.no_lintian,
+            ):
+                print(artifact)
+    except BuildError as error:
+        print(f"aipu-build: error: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        print("aipu-build: interrupted", file=sys.stderr)
+        return 130
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Get the pinned upstream driver subtree, verify its git tree id, cache it by that id.
+
+Sources, in order of preference:
+  * the cache (``$AIPU_CACHE``, default ``$XDG_CACHE_HOME/aipu-dkms``): offline;
+  * ``UPSTREAM_TARBALL``: a tarball holding the subtree (at its root, in one top folder, or
+    at its path in the upstream repository);
+  * ``UPSTREAM_GIT`` (a local clone or a URL), default the upstream repository: a shallow,
+    blob-filtered, sparse fetch of the pinned commit, because the repository is huge.
+
+A tree id can be recomputed from any copy of the files, so the same pin covers every source.
+Nothing reaches the cache before it is verified: work happens in a sibling temporary folder
+that is renamed into place, or removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .config import Config
+from .errors import BuildError, ExitCode
+from .tools import run
+
+# A user's git configuration (autocrlf, filters) must not change what a tree id means.
+_NEUTRAL_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("AIPU_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "aipu-dkms"
+
+
+def cached_tree(config: Config) -> Path:
+    return cache_root() / "upstream" / config.upstream.tree_id
+
+
+def _git_env() -> dict[str, str]:
+    return {**os.environ, **_NEUTRAL_GIT_ENV}
+
+
+def git_tree_id(directory: Path) -> str:
+    """The git tree id of a directory's content, as ``git write-tree`` would record it."""
+    with tempfile.TemporaryDirectory(prefix="aipu-treeid-") as scratch:
+        run(["git", "init", "-q", "--bare", scratch], env=_git_env(),
+            failure="git init failed", code=ExitCode.TOOL)
+        env = {**_git_env(), "GIT_DIR": scratch, "GIT_WORK_TREE": str(directory)}
+        run(["git", "add", "-A", "--force", "."], cwd=directory, env=env,
+            failure=f"cannot read {directory}", code=ExitCode.UPSTREAM)
+        result = run(["git", "write-tree"], env=env,
+                     failure="git write-tree failed", code=ExitCode.TOOL)
+        return result.stdout.strip()
+
+
+def find_upstream(config: Config) -> Path | None:
+    """The verified cached tree, or None when it is not (or no longer) in the cache."""
+    tree = cached_tree(config)
+    if tree.is_dir() and git_tree_id(tree) == config.upstream.tree_id:
+        return tree
+    return None
+
+
+def fetch_upstream(
+    config: Config, *, git_source: str | None = None, tarball: Path | None = None
+) -> Path:
+    """Return the verified upstream tree, fetching it into the cache when needed."""
+    existing = find_upstream(config)
+    if existing is not None:
+        return existing
+    target = cached_tree(config)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=target.parent))
+    try:
+        if tarball is not None:
+            source_label = str(tarball)
+            tree = _unpack_tarball(config, tarball, incoming)
+        else:
+            source_label = git_source or config.upstream.repository
+            tree = _sparse_fetch(config, source_label, incoming)
+        actual = git_tree_id(tree)
+        if actual != config.upstream.tree_id:
+            raise BuildError(
+                f"upstream tree from {source_label} has id {actual}, but aipu.yaml pins "
+                f"{config.upstream.tree_id}: use a copy of commit {config.upstream.commit[:12]} "
+                "(nothing was cached)",
+                ExitCode.VERIFY,
+            )
+        if target.exists():  # an unverifiable leftover: replace it
+            shutil.rmtree(target)
+        tree.rename(target)
+        return target
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _as_git_url(source: str) -> str:
+    if "://" in source or source.startswith("git@"):
+        return source
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise BuildError(
+            f"UPSTREAM_GIT={source} does not exist: give a clone's path or a URL",
+            ExitCode.UPSTREAM,
+        )
+    return path.resolve().as_uri()
+
+
+def _sparse_fetch(config: Config, source: str, workdir: Path) -> Path:
+    url = _as_git_url(source)
+    clone = workdir / "clone"
+    env = _git_env()
+    commit = config.upstream.commit
+    run(["git", "init", "-q", clone], env=env, failure="git init failed", code=ExitCode.TOOL)
+
+    def git(*args: str, failure: str) -> None:
+        run(["git", "-C", clone, *args], env=env, failure=failure, code=ExitCode.UPSTREAM)
+
+    git("remote", "add", "origin", url, failure="git remote add failed")
+    # Local clones (file://) only serve a filtered fetch of a bare commit id when told to.
+    git("config", "remote.origin.uploadpack",
+        "git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true upload-pack",
+        failure="git config failed")
+    hint = "set UPSTREAM_GIT to a local clone or UPSTREAM_TARBALL to a tarball of the subtree"
+    git("fetch", "-q", "--depth=1", "--filter=blob:none", "origin", commit,
+        failure=f"cannot fetch commit {commit[:12]} from {source} ({hint})")
+    git("sparse-checkout", "set", "--no-cone", f"/{config.upstream.subtree}/",
+        failure="git sparse-checkout failed")
+    git("checkout", "-q", "--detach", "FETCH_HEAD",
+        failure=f"cannot check out {config.upstream.subtree} from {source} ({hint})")
+    subtree = clone / config.upstream.subtree
+    if not subtree.is_dir():
+        raise BuildError(
+            f"commit {commit[:12]} in {source} has no {config.upstream.subtree}", ExitCode.VERIFY
+        )
+    tree = workdir / "tree"
+    subtree.rename(tree)
+    return tree
+
+
+def _unpack_tarball(config: Config, tarball: Path, workdir: Path) -> Path:
+    unpacked = workdir / "unpacked"
+    unpacked.mkdir()
+    try:
+        with tarfile.open(tarball) as archive:
+            archive.extractall(unpacked, filter="data")
+    except (OSError, tarfile.TarError) as error:
+        raise BuildError(
+            f"cannot unpack UPSTREAM_TARBALL={tarball}: {error}", ExitCode.UPSTREAM
+        ) from error
+    for candidate in (
+        unpacked / config.upstream.subtree,
+        unpacked,
+        *[child for child in unpacked.iterdir() if child.is_dir()],
+    ):
+        if (candidate / "armchina-npu").is_dir():
+            return candidate
+    raise BuildError(
+        f"UPSTREAM_TARBALL={tarball} holds no driver subtree (no armchina-npu/ folder)",
+        ExitCode.UPSTREAM,
+    )

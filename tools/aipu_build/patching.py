@@ -1,0 +1,66 @@
+"""Apply the quilt series in patches/ to a copy of the verified upstream tree."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .config import REPO_ROOT
+from .errors import BuildError, ExitCode
+from .tools import last_line, require_tool
+
+PATCHES_DIR = REPO_ROOT / "patches"
+
+QUILTRC = REPO_ROOT / "tools" / "quiltrc"
+
+
+def series(patches_dir: Path = PATCHES_DIR) -> list[str]:
+    lines = (patches_dir / "series").read_text(encoding="utf-8").splitlines()
+    return [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
+
+
+def quilt_env(patches_dir: Path = PATCHES_DIR) -> dict[str, str]:
+    return {**os.environ, "QUILT_PATCHES": str(patches_dir.resolve()), "QUILT_PC": ".pc"}
+
+
+def quilt(tree: Path, *args: str, patches_dir: Path = PATCHES_DIR) -> subprocess.CompletedProcess[str]:
+    require_tool("quilt")
+    return subprocess.run(
+        ["quilt", "--quiltrc", str(QUILTRC), *args], cwd=tree, env=quilt_env(patches_dir),
+        capture_output=True, text=True, check=False,
+    )
+
+
+def apply_series(tree: Path, patches_dir: Path = PATCHES_DIR) -> None:
+    """``quilt push -a`` with zero fuzz; a patch that does not apply is a one-line error."""
+    result = quilt(tree, "push", "-a", "--fuzz=0", "-q", patches_dir=patches_dir)
+    if result.returncode != 0:
+        failing = re.findall(r"Applying patch (?:patches/)?(\S+)", result.stdout)
+        name = failing[-1] if failing else "?"
+        detail = last_line(result.stdout + "\n" + result.stderr)
+        raise BuildError(
+            f"patch {name} does not apply to upstream {tree.name} ({detail}): refresh it "
+            "with 'make quilt-shell'",
+            ExitCode.PATCH,
+        )
+
+
+def patched_copy(upstream: Path, destination: Path, patches_dir: Path = PATCHES_DIR) -> Path:
+    """Write upstream + series to ``destination`` (replaced atomically; no .pc left)."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
+    try:
+        tree = staging / destination.name
+        shutil.copytree(upstream, tree, symlinks=True)
+        apply_series(tree, patches_dir)
+        shutil.rmtree(tree / ".pc", ignore_errors=True)
+        if destination.exists():
+            shutil.rmtree(destination)
+        tree.rename(destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
