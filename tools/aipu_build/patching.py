@@ -44,7 +44,7 @@ def apply_series(tree: Path, patches_dir: Path = PATCHES_DIR) -> None:
         detail = last_line(result.stdout + "\n" + result.stderr)
         raise BuildError(
             f"patch {name} does not apply to upstream {tree.name} ({detail}): refresh it "
-            "with 'make quilt-shell'",
+            "with 'make quilt-tree'",
             ExitCode.PATCH,
         )
 

@@ -1,0 +1,55 @@
+# Entry points of the project. 'make deb' builds the packages, 'make test' runs the tests.
+# Upstream source: UPSTREAM_GIT=<clone path or URL> or UPSTREAM_TARBALL=<file> (see README).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := deb
+
+VENV := .venv
+PY := $(VENV)/bin/python
+BUILD_TOOL := $(PY) -m aipu_build
+BUILD := build
+DIST := dist
+DEPS_STAMP := $(VENV)/.deps-installed
+
+export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
+
+.PHONY: deps fetch patch quilt-tree deb module test lint check-kernels clean
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): tools/install-deps.sh pyproject.toml
+	tools/install-deps.sh
+	touch $@
+
+## fetch: get, verify (git tree id) and cache the pinned upstream driver subtree
+fetch: $(DEPS_STAMP)
+	$(BUILD_TOOL) fetch
+
+## patch: write upstream + patches/ to build/src (for reading or a plain kbuild)
+patch: $(DEPS_STAMP)
+	$(BUILD_TOOL) patch $(BUILD)/src
+
+## quilt-tree: a quilt working tree in build/quilt to edit or refresh patches/
+quilt-tree: $(DEPS_STAMP)
+	tools/quilt-tree.sh "$$($(BUILD_TOOL) fetch)" $(BUILD)/quilt
+
+## deb: the Debian source and binary packages in dist/, lintian clean
+deb: $(DEPS_STAMP)
+	$(BUILD_TOOL) deb --build-dir $(BUILD) --dist $(DIST)
+
+## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
+module: patch
+	$(MAKE) -C "$(KDIR)" M="$(CURDIR)/$(BUILD)/src" KCFLAGS=-Werror modules
+
+## test: every test; those needing the upstream cache or chroots say why they skip
+test: $(DEPS_STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## lint: ruff and shellcheck
+lint: $(DEPS_STAMP)
+	$(VENV)/bin/ruff check tools tests
+	$(VENV)/bin/ruff format --check tools tests
+	shellcheck tools/*.sh .ci/run
+
+clean:
+	rm -rf $(BUILD) $(DIST)

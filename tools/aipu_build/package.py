@@ -1,0 +1,156 @@
+"""Assemble the Debian source package (pristine upstream + rendered debian/) and build it.
+
+The orig tarball is the verified upstream subtree exactly as pinned; patches/ becomes
+debian/patches, so the source package carries the same quilt series the repository does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .config import REPO_ROOT, Config
+from .errors import BuildError, ExitCode
+from .patching import PATCHES_DIR, series
+from .render import DKMS_TEMPLATE, render_file, render_tree, template_context, write_atomically
+from .tools import require_tool, run
+
+DEBIAN_TEMPLATES = REPO_ROOT / "debian"
+PROVISION = REPO_ROOT / "provision"
+
+
+def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
+    """A reproducible ``.orig.tar.xz`` of the pristine upstream tree."""
+    target = build_dir / f"{config.name}_{config.version}.orig.tar.xz"
+    if target.exists():
+        return target
+    build_dir.mkdir(parents=True, exist_ok=True)
+    mtime = dt.datetime.strptime(config.upstream.commit_date, "%Y%m%d").replace(
+        tzinfo=dt.UTC
+    ).timestamp()
+
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = int(mtime)
+        return info
+
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}-", dir=build_dir)
+    try:
+        with open(handle, "wb") as stream, tarfile.open(
+            fileobj=stream, mode="w:xz", format=tarfile.GNU_FORMAT
+        ) as archive:
+            top = config.source_dir_name
+            for path in sorted([upstream, *upstream.rglob("*")]):
+                relative = path.relative_to(upstream)
+                name = top if relative == Path(".") else f"{top}/{relative.as_posix()}"
+                archive.add(path, arcname=name, recursive=False, filter=normalise)
+        Path(temporary).replace(target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
+    """Write debian/: templates, dkms.conf, the provision files and the quilt series."""
+    context = template_context(config, upstream)
+    render_tree(DEBIAN_TEMPLATES, debian, context)
+    write_atomically(debian / f"{config.name}.dkms", render_file(DKMS_TEMPLATE, context))
+    write_atomically(
+        debian / f"{config.name}.udev",
+        render_file(PROVISION / "udev" / "60-aipu.rules.j2", context),
+    )
+    write_atomically(
+        debian / "modules-load" / f"{config.module}.conf",
+        render_file(PROVISION / "modules-load.d" / "aipu.conf.j2", context),
+    )
+    patches = debian / "patches"
+    patches.mkdir(parents=True, exist_ok=True)
+    names = series()
+    for name in names:
+        shutil.copyfile(PATCHES_DIR / name, patches / name)
+    write_atomically(patches / "series", "".join(f"{name}\n" for name in names))
+
+
+def source_tree(config: Config, upstream: Path, build_dir: Path) -> Path:
+    """``build_dir/<name>-<version>``: pristine upstream plus debian/, replaced atomically."""
+    orig_tarball(config, upstream, build_dir)
+    destination = build_dir / config.source_dir_name
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=build_dir))
+    try:
+        tree = staging / destination.name
+        shutil.copytree(upstream, tree, symlinks=True)
+        render_debian_dir(config, upstream, tree / "debian")
+        if destination.exists():
+            shutil.rmtree(destination)
+        tree.rename(destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+def build_packages(
+    config: Config, upstream: Path, build_dir: Path, dist: Path, *, lintian: bool = True
+) -> list[Path]:
+    """dpkg-buildpackage (source + binary), then lintian; artifacts are copied to ``dist``."""
+    build_dir = build_dir.resolve()
+    tree = source_tree(config, upstream, build_dir)
+    for tool in ("dpkg-buildpackage", "dh", "dh_dkms", "fakeroot"):
+        require_tool(tool)
+    log = build_dir / f"{config.name}_{config.debian_version}.build.log"
+    with log.open("w", encoding="utf-8") as stream:
+        result = subprocess.run(
+            ["dpkg-buildpackage", "-us", "-uc", "--build=source,all"],
+            cwd=tree, stdout=stream, stderr=subprocess.STDOUT, check=False,
+        )
+    if result.returncode != 0:
+        raise BuildError(
+            f"dpkg-buildpackage failed: {first_error(log)} (full log: {log})", ExitCode.BUILD
+        )
+    stem = f"{config.name}_{config.debian_version}"
+    artifacts = [
+        build_dir / f"{stem}.dsc",
+        build_dir / f"{config.name}_{config.version}.orig.tar.xz",
+        build_dir / f"{stem}.debian.tar.xz",
+        build_dir / f"{stem}_all.deb",
+    ]
+    changes = sorted(build_dir.glob(f"{stem}_*.changes"))
+    missing = [path.name for path in artifacts if not path.exists()]
+    if missing or not changes:
+        raise BuildError(
+            f"dpkg-buildpackage did not produce {', '.join(missing) or 'a .changes file'}",
+            ExitCode.BUILD,
+        )
+    if lintian:
+        run_lintian(changes[-1])
+    dist.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for path in [*artifacts, changes[-1]]:
+        target = dist / path.name
+        shutil.copyfile(path, target)
+        copied.append(target)
+    return copied
+
+
+def run_lintian(changes: Path) -> str:
+    result = run(
+        ["lintian", "--fail-on", "error,warning", "--info", "--display-info", changes],
+        failure=f"lintian reports errors or warnings for {changes.name} "
+        f"(run 'lintian -i {changes}')",
+        code=ExitCode.BUILD,
+    )
+    return result.stdout
+
+
+def first_error(log: Path) -> str:
+    """The first line of a build log that says what went wrong."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    for line in lines:
+        if "error" in line.lower() or "unmet build dependencies" in line.lower():
+            return line.strip()
+    return lines[-1].strip() if lines else "no output"

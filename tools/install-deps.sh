@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what building and testing the project needs: Debian packages (apt) and a Python
+# virtual environment (.venv, pip). Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+packages=(
+	git quilt tar xz-utils make fakeroot       # fetch, patch, orig tarball
+	dpkg-dev debhelper dh-dkms lintian         # the Debian package
+	python3 python3-venv                       # the build tools and npuctl
+	debootstrap zstd                           # Debian chroots with real kernel headers
+	gcc-aarch64-linux-gnu                      # cross builds against arm64 headers
+	shellcheck                                 # lint
+)
+
+missing=()
+for package in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+		missing+=("$package")
+	fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+	sudo_cmd=()
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 5; }
+		sudo_cmd=(sudo)
+	fi
+	echo "install-deps: installing ${missing[*]}"
+	"${sudo_cmd[@]}" apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+	"$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
