@@ -1,0 +1,173 @@
+"""Debian chroots made with debootstrap, cached as tarballs, entered with mounts cleaned up.
+
+A chroot is an amd64 Debian of one suite with arm64 added as a foreign architecture: the
+kernel headers are arm64, the compiler is the suite's own aarch64 cross compiler and the
+kbuild tools (fixdep, modpost) are the amd64 build of the same kernel version.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from aipu_build.errors import BuildError, ExitCode
+from aipu_build.fetch import cache_root
+from aipu_build.tools import last_line, require_tool
+
+MIRROR = "http://deb.debian.org/debian"
+SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+
+# What every chroot gets before it is cached: DKMS and what it runs.
+BASE_PACKAGES = ("dkms", "kmod", "make", "openssl", "xz-utils", "zstd", "ca-certificates")
+
+_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "LC_ALL": "C.UTF-8",
+    "HOME": "/root",
+}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A Debian suite that carries arm64 kernels, and how to reach it."""
+
+    name: str  # also the chroot's name
+    release: str  # the base release debootstrap installs
+    extra_suites: tuple[str, ...] = ()
+    security: bool = True
+    target_release: str | None = None  # apt -t, for backports
+
+    def sources(self) -> str:
+        lines = [f"deb {MIRROR} {self.release} main"]
+        lines += [f"deb {MIRROR} {suite} main" for suite in self.extra_suites]
+        if self.security:
+            lines.append(f"deb {SECURITY_MIRROR} {self.release}-security main")
+        return "\n".join(lines) + "\n"
+
+
+class CommandFailed(BuildError):
+    def __init__(self, command: str, result: subprocess.CompletedProcess[str]) -> None:
+        detail = last_line(result.stderr) or last_line(result.stdout)
+        super().__init__(f"'{command}' exited {result.returncode}: {detail}", ExitCode.BUILD)
+        self.result = result
+
+
+class Chroot:
+    """A working chroot directory. Use ``with chroot.mounted():`` around ``run`` calls."""
+
+    def __init__(self, root: Path, suite: Suite) -> None:
+        self.root = root
+        self.suite = suite
+
+    def path(self, inside: str) -> Path:
+        return self.root / inside.lstrip("/")
+
+    @contextmanager
+    def mounted(self) -> Iterator[Chroot]:
+        """/proc, /dev/pts, and the suite's shared apt archive so warm runs download nothing."""
+        archives = cache_root() / "apt-archives" / self.suite.name
+        archives.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as stack:
+            for source, target, options in (
+                ("proc", self.path("/proc"), ["-t", "proc"]),
+                ("devpts", self.path("/dev/pts"), ["-t", "devpts"]),
+                (str(archives), self.path("/var/cache/apt/archives"), ["--bind"]),
+            ):
+                target.mkdir(parents=True, exist_ok=True)
+                subprocess.run(["mount", *options, source, str(target)], check=True)
+                stack.callback(
+                    subprocess.run, ["umount", "--lazy", str(target)], check=False
+                )
+            yield self
+
+    def run(
+        self, command: str | Sequence[str], *, check: bool = True, timeout: float = 1800
+    ) -> subprocess.CompletedProcess[str]:
+        script = command if isinstance(command, str) else shlex.join(command)
+        result = subprocess.run(
+            ["chroot", str(self.root), "/usr/bin/env", "-i",
+             *[f"{key}={value}" for key, value in _ENV.items()], "/bin/bash", "-c", script],
+            capture_output=True, text=True, check=False, timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise CommandFailed(script, result)
+        return result
+
+    def apt_install(self, *packages: str, target_release: str | None = None) -> None:
+        release = ["-t", target_release] if target_release else []
+        self.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                  *release, *packages])
+
+    def copy_in(self, source: Path, inside: str) -> str:
+        target = self.path(inside)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        return inside
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def base_tarball(suite: Suite) -> Path:
+    return cache_root() / "chroots" / f"{suite.name}.tar.zst"
+
+
+def create_chroot(suite: Suite, workdir: Path) -> Chroot:
+    """A fresh chroot of ``suite`` in ``workdir/<suite>``, from the cached base when there is one."""
+    for tool in ("debootstrap", "zstd", "tar", "chroot", "mount"):
+        require_tool(tool)
+    root = workdir / suite.name
+    if root.exists():
+        shutil.rmtree(root)
+    tarball = base_tarball(suite)
+    if not tarball.exists():
+        _make_base_tarball(suite, tarball)
+    root.mkdir(parents=True)
+    subprocess.run(["tar", "--zstd", "-xpf", str(tarball), "-C", str(root)], check=True)
+    return Chroot(root, suite)
+
+
+def _make_base_tarball(suite: Suite, tarball: Path) -> None:
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"chroot-{suite.name}-", dir=tarball.parent) as tmp:
+        root = Path(tmp) / "root"
+        result = subprocess.run(
+            ["debootstrap", "--variant=minbase", suite.release, str(root), MIRROR],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            raise BuildError(
+                f"debootstrap {suite.release} failed: {last_line(result.stdout)} "
+                "(is the Debian archive reachable?)",
+                ExitCode.BUILD,
+            )
+        _configure(Chroot(root, suite))
+        partial = tarball.with_suffix(".partial")
+        subprocess.run(
+            ["tar", "--zstd", "-cpf", str(partial), "-C", str(root), "."], check=True
+        )
+        partial.replace(tarball)
+
+
+def _configure(chroot: Chroot) -> None:
+    files = {
+        "/etc/apt/sources.list": chroot.suite.sources(),
+        # sid's and backports' Release files can be expired on a mirror.
+        "/etc/apt/apt.conf.d/90lab": 'Acquire::Check-Valid-Until "false";\n'
+        'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n',
+        # No daemons start inside the chroot.
+        "/usr/sbin/policy-rc.d": "#!/bin/sh\nexit 101\n",
+    }
+    for inside, text in files.items():
+        chroot.path(inside).write_text(text, encoding="utf-8")
+    chroot.path("/usr/sbin/policy-rc.d").chmod(0o755)
+    with chroot.mounted():
+        chroot.run("dpkg --add-architecture arm64 && apt-get update -q")
+        chroot.apt_install(*BASE_PACKAGES)

@@ -1,0 +1,113 @@
+"""Resolve and install Debian's arm64 kernel headers in a chroot, the way apt would.
+
+The current kernel ABI of a suite is read from the archive at run time (the headers
+metapackage's dependency), never hard-coded. The arm64 headers package is installed with
+its own postinst, so /etc/kernel/header_postinst.d/dkms runs exactly as on a board after a
+kernel upgrade. Its dependencies on an arm64 compiler, kernel image or kbuild cannot be
+met on an amd64 chroot, so the package is repacked without them; the amd64 kbuild of the
+same version and the suite's aarch64 cross compiler are installed instead.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from aipu_build.errors import BuildError, ExitCode
+
+from .chroot import Chroot
+
+# Dependencies of linux-headers-*-arm64 that an amd64 chroot provides otherwise.
+_FOREIGN_DEPENDENCY = re.compile(r"^(gcc-\d+|linux-kbuild-\S+|linux-image-\S+|linux-compiler-\S+)")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    release: str  # e.g. 6.12.57+deb13-arm64 (the /lib/modules name)
+    headers: str  # linux-headers-<release>
+    common: tuple[str, ...]  # arch-independent headers packages it depends on
+    kbuild: str  # linux-kbuild-<version>, installed for amd64
+    compiler: str  # gcc-N-aarch64-linux-gnu
+
+
+def _depends(chroot: Chroot, package: str, target_release: str | None) -> list[str]:
+    release = ["-t", target_release] if target_release else []
+    output = chroot.run(["apt-cache", *release, "depends", "--no-recommends",
+                         "--no-suggests", package]).stdout
+    return [
+        line.split(":", 1)[1].strip().split(":")[0].strip("<>")
+        for line in output.splitlines()
+        if line.strip().startswith(("Depends:", "|Depends:"))
+    ]
+
+
+def resolve(chroot: Chroot, metapackage: str = "linux-headers-arm64",
+            target_release: str | None = None) -> Kernel:
+    """The kernel a headers metapackage (or a concrete headers package) points at now."""
+    headers = metapackage
+    if not re.match(r"^linux-headers-\d", metapackage):
+        candidates = [name for name in _depends(chroot, f"{metapackage}:arm64", target_release)
+                      if re.match(r"^linux-headers-\d", name)]
+        if not candidates:
+            raise BuildError(f"{metapackage}:arm64 has no concrete headers package in "
+                             f"{chroot.suite.name}", ExitCode.BUILD)
+        headers = candidates[0]
+    depends = _depends(chroot, f"{headers}:arm64", target_release)
+    compilers = [name for name in depends if re.match(r"^gcc-\d+$", name)]
+    kbuilds = [name for name in depends if name.startswith("linux-kbuild-")]
+    common = tuple(name for name in depends if name.startswith("linux-headers-")
+                   and name.endswith("-common"))
+    if not compilers or not kbuilds:
+        raise BuildError(f"cannot tell compiler and kbuild of {headers}: {depends}",
+                         ExitCode.BUILD)
+    return Kernel(
+        release=headers.removeprefix("linux-headers-"),
+        headers=headers,
+        common=common,
+        kbuild=kbuilds[0],
+        compiler=f"{compilers[0]}-aarch64-linux-gnu",
+    )
+
+
+def install(chroot: Chroot, kernel: Kernel, target_release: str | None = None) -> str:
+    """Install the kernel's headers like apt on a board would; returns the postinst output."""
+    chroot.apt_install(f"{kernel.kbuild}:amd64", kernel.compiler, *kernel.common,
+                       target_release=target_release)
+    with tempfile.TemporaryDirectory(prefix="headers-") as scratch:
+        scratch_path = Path(scratch)
+        release = f"-t {target_release} " if target_release else ""
+        inside = f"/tmp/lab-{kernel.headers}"
+        chroot.run(f"mkdir -p {inside} && cd {inside} && "
+                   f"apt-get download {release}{kernel.headers}:arm64")
+        downloaded = next(chroot.path(inside).glob("*.deb"))
+        repacked = _repack_without_foreign_dependencies(downloaded, scratch_path)
+        chroot.copy_in(repacked, f"{inside}/repacked/{repacked.name}")
+        result = chroot.run(f"apt-get install -y -q --no-install-recommends "
+                            f"{inside}/repacked/{repacked.name}")
+        chroot.run(f"rm -rf {inside}")
+        return result.stdout + result.stderr
+
+
+def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
+    unpacked = scratch / "unpacked"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True)
+    control = unpacked / "DEBIAN" / "control"
+    lines = control.read_text(encoding="utf-8").splitlines()
+    rewritten = []
+    for line in lines:
+        if line.startswith("Depends:"):
+            kept = [dependency.strip() for dependency in line[len("Depends:"):].split(",")
+                    if not _FOREIGN_DEPENDENCY.match(dependency.strip())]
+            if not kept:
+                continue
+            line = "Depends: " + ", ".join(kept)
+        rewritten.append(line)
+    lines = rewritten
+    control.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    target = scratch / deb.name
+    subprocess.run(["dpkg-deb", "-Zxz", "-b", str(unpacked), str(target)], check=True,
+                   capture_output=True)
+    return target
