@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.revision:
                 config = config.with_revision(args.revision)
             for artifact in build_packages(
-                config, _fetch(args.config), args.build_dir, args.dist,
+                config,
+                _fetch(args.config),
+                args.build_dir,
+                args.dist,
                 lintian=not args.no_lintian,
             ):
                 print(artifact)

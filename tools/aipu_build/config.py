@@ -51,9 +51,7 @@ class Config:
     @property
     def version(self) -> str:
         """Upstream part of the Debian version: the KMD version plus the upstream snapshot."""
-        return (
-            f"{self.upstream_version}+git{self.upstream.commit_date}.{self.upstream.commit[:7]}"
-        )
+        return f"{self.upstream_version}+git{self.upstream.commit_date}.{self.upstream.commit[:7]}"
 
     @property
     def debian_version(self) -> str:

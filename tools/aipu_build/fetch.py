@@ -51,13 +51,23 @@ def _git_env() -> dict[str, str]:
 def git_tree_id(directory: Path) -> str:
     """The git tree id of a directory's content, as ``git write-tree`` would record it."""
     with tempfile.TemporaryDirectory(prefix="aipu-treeid-") as scratch:
-        run(["git", "init", "-q", "--bare", scratch], env=_git_env(),
-            failure="git init failed", code=ExitCode.TOOL)
+        run(
+            ["git", "init", "-q", "--bare", scratch],
+            env=_git_env(),
+            failure="git init failed",
+            code=ExitCode.TOOL,
+        )
         env = {**_git_env(), "GIT_DIR": scratch, "GIT_WORK_TREE": str(directory)}
-        run(["git", "add", "-A", "--force", "."], cwd=directory, env=env,
-            failure=f"cannot read {directory}", code=ExitCode.UPSTREAM)
-        result = run(["git", "write-tree"], env=env,
-                     failure="git write-tree failed", code=ExitCode.TOOL)
+        run(
+            ["git", "add", "-A", "--force", "."],
+            cwd=directory,
+            env=env,
+            failure=f"cannot read {directory}",
+            code=ExitCode.UPSTREAM,
+        )
+        result = run(
+            ["git", "write-tree"], env=env, failure="git write-tree failed", code=ExitCode.TOOL
+        )
         return result.stdout.strip()
 
 
@@ -126,16 +136,36 @@ def _sparse_fetch(config: Config, source: str, workdir: Path) -> Path:
 
     git("remote", "add", "origin", url, failure="git remote add failed")
     # Local clones (file://) only serve a filtered fetch of a bare commit id when told to.
-    git("config", "remote.origin.uploadpack",
+    git(
+        "config",
+        "remote.origin.uploadpack",
         "git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true upload-pack",
-        failure="git config failed")
+        failure="git config failed",
+    )
     hint = "set UPSTREAM_GIT to a local clone or UPSTREAM_TARBALL to a tarball of the subtree"
-    git("fetch", "-q", "--depth=1", "--filter=blob:none", "origin", commit,
-        failure=f"cannot fetch commit {commit[:12]} from {source} ({hint})")
-    git("sparse-checkout", "set", "--no-cone", f"/{config.upstream.subtree}/",
-        failure="git sparse-checkout failed")
-    git("checkout", "-q", "--detach", "FETCH_HEAD",
-        failure=f"cannot check out {config.upstream.subtree} from {source} ({hint})")
+    git(
+        "fetch",
+        "-q",
+        "--depth=1",
+        "--filter=blob:none",
+        "origin",
+        commit,
+        failure=f"cannot fetch commit {commit[:12]} from {source} ({hint})",
+    )
+    git(
+        "sparse-checkout",
+        "set",
+        "--no-cone",
+        f"/{config.upstream.subtree}/",
+        failure="git sparse-checkout failed",
+    )
+    git(
+        "checkout",
+        "-q",
+        "--detach",
+        "FETCH_HEAD",
+        failure=f"cannot check out {config.upstream.subtree} from {source} ({hint})",
+    )
     subtree = clone / config.upstream.subtree
     if not subtree.is_dir():
         raise BuildError(

@@ -7,6 +7,7 @@ debian/patches, so the source package carries the same quilt series the reposito
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import subprocess
 import tarfile
@@ -29,9 +30,11 @@ def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
     if target.exists():
         return target
     build_dir.mkdir(parents=True, exist_ok=True)
-    mtime = dt.datetime.strptime(config.upstream.commit_date, "%Y%m%d").replace(
-        tzinfo=dt.UTC
-    ).timestamp()
+    mtime = (
+        dt.datetime.strptime(config.upstream.commit_date, "%Y%m%d")
+        .replace(tzinfo=dt.UTC)
+        .timestamp()
+    )
 
     def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
@@ -41,13 +44,14 @@ def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
 
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}-", dir=build_dir)
     try:
-        with open(handle, "wb") as stream, tarfile.open(
-            fileobj=stream, mode="w:xz", format=tarfile.GNU_FORMAT
-        ) as archive:
+        with (
+            os.fdopen(handle, "wb") as stream,
+            tarfile.open(fileobj=stream, mode="w:xz", format=tarfile.GNU_FORMAT) as archive,
+        ):
             top = config.source_dir_name
             for path in sorted([upstream, *upstream.rglob("*")]):
                 relative = path.relative_to(upstream)
-                name = top if relative == Path(".") else f"{top}/{relative.as_posix()}"
+                name = top if relative == Path() else f"{top}/{relative.as_posix()}"
                 archive.add(path, arcname=name, recursive=False, filter=normalise)
         Path(temporary).replace(target)
     except BaseException:
@@ -98,15 +102,18 @@ def build_packages(
     config: Config, upstream: Path, build_dir: Path, dist: Path, *, lintian: bool = True
 ) -> list[Path]:
     """dpkg-buildpackage (source + binary), then lintian; artifacts are copied to ``dist``."""
+    for tool in ("dpkg-buildpackage", "dh", "dh_dkms", "fakeroot", "lintian"):
+        require_tool(tool)
     build_dir = build_dir.resolve()
     tree = source_tree(config, upstream, build_dir)
-    for tool in ("dpkg-buildpackage", "dh", "dh_dkms", "fakeroot"):
-        require_tool(tool)
     log = build_dir / f"{config.name}_{config.debian_version}.build.log"
     with log.open("w", encoding="utf-8") as stream:
         result = subprocess.run(
             ["dpkg-buildpackage", "-us", "-uc", "--build=source,all"],
-            cwd=tree, stdout=stream, stderr=subprocess.STDOUT, check=False,
+            cwd=tree,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
     if result.returncode != 0:
         raise BuildError(

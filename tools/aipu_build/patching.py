@@ -27,11 +27,17 @@ def quilt_env(patches_dir: Path = PATCHES_DIR) -> dict[str, str]:
     return {**os.environ, "QUILT_PATCHES": str(patches_dir.resolve()), "QUILT_PC": ".pc"}
 
 
-def quilt(tree: Path, *args: str, patches_dir: Path = PATCHES_DIR) -> subprocess.CompletedProcess[str]:
+def quilt(
+    tree: Path, *args: str, patches_dir: Path = PATCHES_DIR
+) -> subprocess.CompletedProcess[str]:
     require_tool("quilt")
     return subprocess.run(
-        ["quilt", "--quiltrc", str(QUILTRC), *args], cwd=tree, env=quilt_env(patches_dir),
-        capture_output=True, text=True, check=False,
+        ["quilt", "--quiltrc", str(QUILTRC), *args],
+        cwd=tree,
+        env=quilt_env(patches_dir),
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 

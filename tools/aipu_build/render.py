@@ -83,9 +83,7 @@ def upstream_copyrights(tree: Path) -> list[str]:
                 first = int(match["first"])
                 last = int(match["last"] or first)
                 years.setdefault(match["holder"].rstrip(" ."), set()).update({first, last})
-    return [
-        f"{_years(sorted(found))} {holder}" for holder, found in sorted(years.items())
-    ]
+    return [f"{_years(sorted(found))} {holder}" for holder, found in sorted(years.items())]
 
 
 def _years(found: list[int]) -> str:
@@ -123,8 +121,8 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        Path(temporary).chmod(mode)
+        Path(temporary).replace(path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

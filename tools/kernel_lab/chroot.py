@@ -82,9 +82,7 @@ class Chroot:
             ):
                 target.mkdir(parents=True, exist_ok=True)
                 subprocess.run(["mount", *options, source, str(target)], check=True)
-                stack.callback(
-                    subprocess.run, ["umount", "--lazy", str(target)], check=False
-                )
+                stack.callback(subprocess.run, ["umount", "--lazy", str(target)], check=False)
             yield self
 
     def run(
@@ -92,9 +90,20 @@ class Chroot:
     ) -> subprocess.CompletedProcess[str]:
         script = command if isinstance(command, str) else shlex.join(command)
         result = subprocess.run(
-            ["chroot", str(self.root), "/usr/bin/env", "-i",
-             *[f"{key}={value}" for key, value in _ENV.items()], "/bin/bash", "-c", script],
-            capture_output=True, text=True, check=False, timeout=timeout,
+            [
+                "chroot",
+                str(self.root),
+                "/usr/bin/env",
+                "-i",
+                *[f"{key}={value}" for key, value in _ENV.items()],
+                "/bin/bash",
+                "-c",
+                script,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
         )
         if check and result.returncode != 0:
             raise CommandFailed(script, result)
@@ -102,8 +111,7 @@ class Chroot:
 
     def apt_install(self, *packages: str, target_release: str | None = None) -> None:
         release = ["-t", target_release] if target_release else []
-        self.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                  *release, *packages])
+        self.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *release, *packages])
 
     def copy_in(self, source: Path, inside: str) -> str:
         target = self.path(inside)
@@ -120,7 +128,7 @@ def base_tarball(suite: Suite) -> Path:
 
 
 def create_chroot(suite: Suite, workdir: Path) -> Chroot:
-    """A fresh chroot of ``suite`` in ``workdir/<suite>``, from the cached base when there is one."""
+    """A fresh chroot of ``suite`` in ``workdir/<suite>``, from the cached base if any."""
     for tool in ("debootstrap", "zstd", "tar", "chroot", "mount"):
         require_tool(tool)
     root = workdir / suite.name
@@ -140,7 +148,9 @@ def _make_base_tarball(suite: Suite, tarball: Path) -> None:
         root = Path(tmp) / "root"
         result = subprocess.run(
             ["debootstrap", "--variant=minbase", suite.release, str(root), MIRROR],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             raise BuildError(
@@ -150,9 +160,7 @@ def _make_base_tarball(suite: Suite, tarball: Path) -> None:
             )
         _configure(Chroot(root, suite))
         partial = tarball.with_suffix(".partial")
-        subprocess.run(
-            ["tar", "--zstd", "-cpf", str(partial), "-C", str(root), "."], check=True
-        )
+        subprocess.run(["tar", "--zstd", "-cpf", str(partial), "-C", str(root), "."], check=True)
         partial.replace(tarball)
 
 

@@ -35,8 +35,9 @@ class Kernel:
 
 def _depends(chroot: Chroot, package: str, target_release: str | None) -> list[str]:
     release = ["-t", target_release] if target_release else []
-    output = chroot.run(["apt-cache", *release, "depends", "--no-recommends",
-                         "--no-suggests", package]).stdout
+    output = chroot.run(
+        ["apt-cache", *release, "depends", "--no-recommends", "--no-suggests", package]
+    ).stdout
     return [
         line.split(":", 1)[1].strip().split(":")[0].strip("<>")
         for line in output.splitlines()
@@ -44,25 +45,31 @@ def _depends(chroot: Chroot, package: str, target_release: str | None) -> list[s
     ]
 
 
-def resolve(chroot: Chroot, metapackage: str = "linux-headers-arm64",
-            target_release: str | None = None) -> Kernel:
+def resolve(
+    chroot: Chroot, metapackage: str = "linux-headers-arm64", target_release: str | None = None
+) -> Kernel:
     """The kernel a headers metapackage (or a concrete headers package) points at now."""
     headers = metapackage
     if not re.match(r"^linux-headers-\d", metapackage):
-        candidates = [name for name in _depends(chroot, f"{metapackage}:arm64", target_release)
-                      if re.match(r"^linux-headers-\d", name)]
+        candidates = [
+            name
+            for name in _depends(chroot, f"{metapackage}:arm64", target_release)
+            if re.match(r"^linux-headers-\d", name)
+        ]
         if not candidates:
-            raise BuildError(f"{metapackage}:arm64 has no concrete headers package in "
-                             f"{chroot.suite.name}", ExitCode.BUILD)
+            raise BuildError(
+                f"{metapackage}:arm64 has no concrete headers package in {chroot.suite.name}",
+                ExitCode.BUILD,
+            )
         headers = candidates[0]
     depends = _depends(chroot, f"{headers}:arm64", target_release)
     compilers = [name for name in depends if re.match(r"^gcc-\d+$", name)]
     kbuilds = [name for name in depends if name.startswith("linux-kbuild-")]
-    common = tuple(name for name in depends if name.startswith("linux-headers-")
-                   and name.endswith("-common"))
+    common = tuple(
+        name for name in depends if name.startswith("linux-headers-") and name.endswith("-common")
+    )
     if not compilers or not kbuilds:
-        raise BuildError(f"cannot tell compiler and kbuild of {headers}: {depends}",
-                         ExitCode.BUILD)
+        raise BuildError(f"cannot tell compiler and kbuild of {headers}: {depends}", ExitCode.BUILD)
     return Kernel(
         release=headers.removeprefix("linux-headers-"),
         headers=headers,
@@ -74,19 +81,22 @@ def resolve(chroot: Chroot, metapackage: str = "linux-headers-arm64",
 
 def install(chroot: Chroot, kernel: Kernel, target_release: str | None = None) -> str:
     """Install the kernel's headers like apt on a board would; returns the postinst output."""
-    chroot.apt_install(f"{kernel.kbuild}:amd64", kernel.compiler, *kernel.common,
-                       target_release=target_release)
+    chroot.apt_install(
+        f"{kernel.kbuild}:amd64", kernel.compiler, *kernel.common, target_release=target_release
+    )
     with tempfile.TemporaryDirectory(prefix="headers-") as scratch:
         scratch_path = Path(scratch)
         release = f"-t {target_release} " if target_release else ""
         inside = f"/tmp/lab-{kernel.headers}"
-        chroot.run(f"mkdir -p {inside} && cd {inside} && "
-                   f"apt-get download {release}{kernel.headers}:arm64")
+        chroot.run(
+            f"mkdir -p {inside} && cd {inside} && apt-get download {release}{kernel.headers}:arm64"
+        )
         downloaded = next(chroot.path(inside).glob("*.deb"))
         repacked = _repack_without_foreign_dependencies(downloaded, scratch_path)
         chroot.copy_in(repacked, f"{inside}/repacked/{repacked.name}")
-        result = chroot.run(f"apt-get install -y -q --no-install-recommends "
-                            f"{inside}/repacked/{repacked.name}")
+        result = chroot.run(
+            f"apt-get install -y -q --no-install-recommends {inside}/repacked/{repacked.name}"
+        )
         chroot.run(f"rm -rf {inside}")
         return result.stdout + result.stderr
 
@@ -99,8 +109,11 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
     rewritten = []
     for line in lines:
         if line.startswith("Depends:"):
-            kept = [dependency.strip() for dependency in line[len("Depends:"):].split(",")
-                    if not _FOREIGN_DEPENDENCY.match(dependency.strip())]
+            kept = [
+                dependency.strip()
+                for dependency in line[len("Depends:") :].split(",")
+                if not _FOREIGN_DEPENDENCY.match(dependency.strip())
+            ]
             if not kept:
                 continue
             line = "Depends: " + ", ".join(kept)
@@ -108,6 +121,7 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
     lines = rewritten
     control.write_text("\n".join(lines) + "\n", encoding="utf-8")
     target = scratch / deb.name
-    subprocess.run(["dpkg-deb", "-Zxz", "-b", str(unpacked), str(target)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "-Zxz", "-b", str(unpacked), str(target)], check=True, capture_output=True
+    )
     return target

@@ -36,8 +36,7 @@ class Step:
 def _timed(chroot: Chroot, name: str, command: str) -> Step:
     started = time.monotonic()
     result = chroot.run(command, check=False)
-    return Step(name, result.returncode, time.monotonic() - started,
-                result.stdout + result.stderr)
+    return Step(name, result.returncode, time.monotonic() - started, result.stdout + result.stderr)
 
 
 def install_deb(chroot: Chroot, deb: Path) -> Step:
@@ -63,10 +62,13 @@ def dkms_status(chroot: Chroot) -> dict[str, str]:
 
 def installed_modules(chroot: Chroot, kernel: Kernel) -> list[str]:
     directory = chroot.path(f"/lib/modules/{kernel.release}")
-    return sorted(
-        "/" + str(path.relative_to(chroot.root))
-        for path in directory.rglob(f"{MODULE}.ko*")
-    ) if directory.exists() else []
+    return (
+        sorted(
+            "/" + str(path.relative_to(chroot.root)) for path in directory.rglob(f"{MODULE}.ko*")
+        )
+        if directory.exists()
+        else []
+    )
 
 
 def modinfo(chroot: Chroot, module_path: str) -> dict[str, str]:
@@ -101,12 +103,14 @@ def werror_build(chroot: Chroot, kernel: Kernel, patched_tree: Path) -> Step:
         chroot.run(["rm", "-rf", inside])
     shutil.copytree(patched_tree, target)
     step = _timed(
-        chroot, "werror-build",
+        chroot,
+        "werror-build",
         f"make -C /lib/modules/{kernel.release}/build M={inside} ARCH=arm64 "
         f"CROSS_COMPILE=aarch64-linux-gnu- KCFLAGS=-Werror -j$(nproc) modules 2>&1",
     )
-    warnings = [line for line in step.output.splitlines()
-                if re.search(r"\bwarning\b|^WARNING:", line)]
+    warnings = [
+        line for line in step.output.splitlines() if re.search(r"\bwarning\b|^WARNING:", line)
+    ]
     errors = [line for line in step.output.splitlines() if re.search(r"\berror\b", line)]
     step.facts["warnings"] = str(len(warnings))
     if warnings:

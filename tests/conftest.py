@@ -1,0 +1,66 @@
+"""Shared fixtures. Tests that need the upstream driver tree or Debian chroots skip with the
+reason and the command that makes them run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from aipu_build.config import Config, load_config
+from aipu_build.fetch import cache_root, find_upstream
+
+
+@pytest.fixture(scope="session")
+def config() -> Config:
+    return load_config()
+
+
+@pytest.fixture(scope="session")
+def upstream_tree(config: Config) -> Path:
+    tree = find_upstream(config)
+    if tree is None:
+        pytest.skip(
+            f"upstream driver tree {config.upstream.tree_id[:12]} is not in the cache "
+            f"({cache_root()}/upstream): run 'make fetch' (UPSTREAM_GIT=<clone> to use a "
+            "local copy)"
+        )
+    return tree
+
+
+@pytest.fixture(scope="session")
+def built_packages(config: Config, upstream_tree: Path, tmp_path_factory) -> dict[str, Path]:
+    """The Debian packages built once per session (lintian runs as part of the build)."""
+    from aipu_build.package import build_packages
+
+    build_dir = tmp_path_factory.mktemp("build")
+    dist = tmp_path_factory.mktemp("dist")
+    artifacts = build_packages(config, upstream_tree, build_dir, dist)
+
+    def one(suffix: str) -> Path:
+        return next(path for path in artifacts if path.name.endswith(suffix))
+
+    return {
+        "dsc": one(".dsc"),
+        "deb": one("_all.deb"),
+        "orig": one(".orig.tar.xz"),
+        "debian": one(".debian.tar.xz"),
+        "changes": one(".changes"),
+        "build_dir": build_dir,
+    }
+
+
+def require_chroot_support() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("chroot tests need root (debootstrap, chroot, mount)")
+    missing = [tool for tool in ("debootstrap", "chroot", "zstd") if not shutil.which(tool)]
+    if missing:
+        pytest.skip(f"chroot tests need {', '.join(missing)}: run 'make deps'")
+
+
+def run(*command: str | Path, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(part) for part in command], capture_output=True, text=True, check=False, **kwargs
+    )

@@ -1,0 +1,29 @@
+"""The project's own code stays ruff and shellcheck clean."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import run
+
+ROOT = Path(__file__).resolve().parents[1]
+SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
+
+
+def test_ruff_check():
+    result = run(sys.executable, "-m", "ruff", "check", "tools", "tests", cwd=ROOT)
+    assert result.returncode == 0, result.stdout
+
+
+def test_ruff_format():
+    result = run(sys.executable, "-m", "ruff", "format", "--check", "tools", "tests", cwd=ROOT)
+    assert result.returncode == 0, result.stdout
+
+
+def test_shellcheck():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed: run 'make deps'")
+    result = run("shellcheck", *SHELL_SCRIPTS)
+    assert result.returncode == 0, result.stdout

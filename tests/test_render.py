@@ -1,0 +1,108 @@
+"""dkms.conf and the provision files rendered from aipu.yaml."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from aipu_build.render import (
+    DKMS_TEMPLATE,
+    render_file,
+    template_context,
+    upstream_copyrights,
+    write_dkms_conf,
+)
+
+PROVISION = Path(__file__).resolve().parents[1] / "provision"
+DEPRECATED = ("CLEAN", "REMAKE_INITRD", "MODULES_CONF", "OBSOLETE_BY", "BUILD_EXCLUSIVE_ARCH")
+
+
+@pytest.fixture
+def dkms_conf(config, tmp_path: Path) -> Path:
+    path = tmp_path / "dkms.conf"
+    write_dkms_conf(config, path)
+    return path
+
+
+def _source(dkms_conf: Path, machine: str, variable: str) -> str:
+    """Source dkms.conf with bash as dkms does, with uname -m answering ``machine``."""
+    script = (
+        f"uname() {{ echo {machine}; }}; kernel_source_dir=/k; dkms_tree=/var/lib/dkms; "
+        f'. "{dkms_conf}"; printf "%s" "${{{variable}}}"'
+    )
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+
+
+def test_dkms_conf_is_valid_bash(dkms_conf):
+    assert subprocess.run(["bash", "-n", str(dkms_conf)], check=False).returncode == 0
+
+
+def test_dkms_conf_rebuilds_on_kernel_upgrade(dkms_conf):
+    assert _source(dkms_conf, "aarch64", "AUTOINSTALL") == "yes"
+
+
+def test_dkms_conf_has_no_deprecated_directive(dkms_conf):
+    assignments = re.findall(r"(?m)^\s*([A-Z_]+)(?:\[\d+\])?=", dkms_conf.read_text())
+    assert not set(assignments) & set(DEPRECATED)
+
+
+def test_dkms_conf_gates_on_arm64_kernel_config_and_release(dkms_conf, config):
+    assert _source(dkms_conf, "aarch64", "BUILD_EXCLUSIVE_CONFIG") == "CONFIG_ARM64"
+    assert _source(dkms_conf, "aarch64", "BUILD_EXCLUSIVE_KERNEL") == config.kernel_regex
+
+
+def test_dkms_conf_native_build_has_no_cross_compiler(dkms_conf):
+    make = _source(dkms_conf, "aarch64", "MAKE[0]")
+    assert "CROSS_COMPILE" not in make
+    assert _source(dkms_conf, "aarch64", "STRIP[0]") == ""
+    assert make.startswith("make ")  # dkms adds -j and KERNELRELEASE to a leading make
+    assert "-C /k M=/var/lib/dkms/aipu/#MODULE_VERSION#/build" in make
+
+
+def test_dkms_conf_cross_headers_use_cross_compiler_and_no_host_strip(dkms_conf):
+    make = _source(dkms_conf, "x86_64", "MAKE[0]")
+    assert "ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-" in make
+    assert _source(dkms_conf, "x86_64", "STRIP[0]") == "no"
+
+
+def test_dkms_conf_passes_package_version_to_modinfo(dkms_conf):
+    assert "AIPU_MODULE_VERSION=#MODULE_VERSION#" in _source(dkms_conf, "aarch64", "MAKE[0]")
+
+
+def test_udev_rule_is_not_world_writable(config):
+    rule = render_file(PROVISION / "udev" / "60-aipu.rules.j2", template_context(config))
+    match = [line for line in rule.splitlines() if line and not line.startswith("#")]
+    assert len(match) == 1
+    assert 'SUBSYSTEM=="misc", KERNEL=="aipu"' in match[0]
+    mode = int(re.search(r'MODE="(\d+)"', match[0])[1], 8)
+    assert mode & 0o007 == 0
+    assert 'GROUP="render"' in match[0]
+    assert 'TAG+="uaccess"' in match[0]
+
+
+def test_modules_load_lists_the_module(config):
+    text = render_file(PROVISION / "modules-load.d" / "aipu.conf.j2", template_context(config))
+    assert [line for line in text.splitlines() if not line.startswith("#")] == ["aipu"]
+
+
+def test_templates_fail_on_unknown_variables(tmp_path, config):
+    template = tmp_path / "t.j2"
+    template.write_text("{{ no_such_value }}", encoding="utf-8")
+    with pytest.raises(Exception, match="no_such_value"):
+        render_file(template, template_context(config))
+
+
+def test_copyright_holders_come_from_upstream_notices(tmp_path):
+    (tmp_path / "a.c").write_text("/* Copyright (c) 2023-2024 Example Co. Ltd. */\n")
+    (tmp_path / "b.h").write_text("// Copyright 2024 Other Group Co., Ltd. All Rights Reserved.\n")
+    (tmp_path / "c.c").write_text("/* Copyright (C) 2025 Example Co. Ltd. */\n")
+    (tmp_path / "LICENSE").write_text("Copyright (C) 1989 Ignored Foundation\n")
+    assert upstream_copyrights(tmp_path) == [
+        "2023-2025 Example Co. Ltd",
+        "2024 Other Group Co., Ltd",
+    ]
+
+
+def test_dkms_template_holds_only_what_varies():
+    text = DKMS_TEMPLATE.read_text(encoding="utf-8")
+    assert "5.11.0" not in text and "CONFIG_ARM64" not in text
