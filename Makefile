@@ -53,3 +53,17 @@ lint: $(DEPS_STAMP)
 
 clean:
 	rm -rf $(BUILD) $(DIST)
+
+## check-kernels: the kernel matrix on Debian's real arm64 kernels (SUITES=a,b to narrow)
+SUITES ?= bookworm,trixie,trixie-backports,sid
+NEXT_SUFFIX := lab1
+check-kernels: deb patch
+	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build --dist $(BUILD)/next \
+		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
+	version=$$($(BUILD_TOOL) version --upstream); \
+	revision=$$($(BUILD_TOOL) version | sed 's/.*-//'); \
+	$(PY) -m kernel_lab matrix --suites $(SUITES) \
+		--deb $(DIST)/aipu-dkms_$${version}-$${revision}_all.deb --version $${version} \
+		--next-deb $(BUILD)/next/aipu-dkms_$${version}+$(NEXT_SUFFIX)-$${revision}_all.deb \
+		--next-version $${version}+$(NEXT_SUFFIX) \
+		--patched-tree $(BUILD)/src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json

@@ -24,13 +24,14 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("destination", type=Path)
     source = commands.add_parser("source-tree", help="write the Debian source tree")
     source.add_argument("build_dir", type=Path)
-    source.add_argument("--revision", help="override the Debian revision")
+    source.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
     deb = commands.add_parser("deb", help="build the Debian source and binary packages")
     deb.add_argument("--build-dir", type=Path, required=True)
     deb.add_argument("--dist", type=Path, required=True)
-    deb.add_argument("--revision", help="override the Debian revision")
+    deb.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
     deb.add_argument("--no-lintian", action="store_true")
-    commands.add_parser("version", help="print the Debian version")
+    version = commands.add_parser("version", help="print the Debian version")
+    version.add_argument("--upstream", action="store_true", help="print the DKMS version")
     return parser
 
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 return ExitCode.UPSTREAM
             print(tree)
         elif args.command == "version":
-            print(config.debian_version)
+            print(config.version if args.upstream else config.debian_version)
         elif args.command == "patch":
             from .patching import patched_copy
 
@@ -69,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "source-tree":
             from .package import source_tree
 
-            if args.revision:
-                config = config.with_revision(args.revision)
+            if args.version_suffix:
+                config = config.with_local_suffix(args.version_suffix)
             print(source_tree(config, _fetch(args.config), args.build_dir))
         elif args.command == "deb":
             from .package import build_packages
 
-            if args.revision:
-                config = config.with_revision(args.revision)
+            if args.version_suffix:
+                config = config.with_local_suffix(args.version_suffix)
             for artifact in build_packages(
                 config,
                 _fetch(args.config),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,11 +48,14 @@ class Config:
     device_node: str
     device_group: str
     device_mode: str
+    local_suffix: str = ""  # only for test builds of a "next" version
 
     @property
     def version(self) -> str:
         """Upstream part of the Debian version: the KMD version plus the upstream snapshot."""
-        return f"{self.upstream_version}+git{self.upstream.commit_date}.{self.upstream.commit[:7]}"
+        snapshot = f"+git{self.upstream.commit_date}.{self.upstream.commit[:7]}"
+        local = f"+{self.local_suffix}" if self.local_suffix else ""
+        return f"{self.upstream_version}{snapshot}{local}"
 
     @property
     def debian_version(self) -> str:
@@ -66,10 +70,13 @@ class Config:
         """dkms BUILD_EXCLUSIVE_KERNEL: every kernel release from kernel_min on."""
         return kernel_min_regex(self.kernel_min)
 
-    def with_revision(self, revision: str) -> Config:
-        """The same package at another Debian revision (used to test package upgrades)."""
-        fields = {**self.__dict__, "debian_revision": revision}
-        return Config(**fields)
+    def with_local_suffix(self, suffix: str) -> Config:
+        """A later version of the same package (``<version>+<suffix>``), to test upgrades."""
+        if not re.fullmatch(r"[a-z0-9.]+", suffix):
+            raise BuildError(
+                f"version suffix {suffix!r} may only hold a-z, 0-9 and dots", ExitCode.USAGE
+            )
+        return dataclasses.replace(self, local_suffix=suffix)
 
 
 def kernel_min_regex(minimum: str) -> str:

@@ -111,7 +111,19 @@ class Chroot:
 
     def apt_install(self, *packages: str, target_release: str | None = None) -> None:
         release = ["-t", target_release] if target_release else []
-        self.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *release, *packages])
+        # --no-remove: a step that would remove packages is an error, not a silent change.
+        self.run(
+            [
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "--no-remove",
+                *release,
+                *packages,
+            ]
+        )
 
     def copy_in(self, source: Path, inside: str) -> str:
         target = self.path(inside)

@@ -20,8 +20,11 @@ from aipu_build.errors import BuildError, ExitCode
 
 from .chroot import Chroot
 
-# Dependencies of linux-headers-*-arm64 that an amd64 chroot provides otherwise.
-_FOREIGN_DEPENDENCY = re.compile(r"^(gcc-\d+|linux-kbuild-\S+|linux-image-\S+|linux-compiler-\S+)")
+# The only dependencies of linux-headers-*-arm64 kept when it is repacked: its
+# architecture-independent headers and linux-base. The others (an arm64 compiler, kbuild,
+# kernel image, libc) are arm64 packages an amd64 chroot provides otherwise; installing
+# them would even remove the cross compiler.
+_KEPT_DEPENDENCY = re.compile(r"^(linux-headers-\S+|linux-base)\b")
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,7 @@ def resolve(
     depends = _depends(chroot, f"{headers}:arm64", target_release)
     compilers = [name for name in depends if re.match(r"^gcc-\d+$", name)]
     kbuilds = [name for name in depends if name.startswith("linux-kbuild-")]
-    common = tuple(
-        name for name in depends if name.startswith("linux-headers-") and name.endswith("-common")
-    )
+    common = tuple(name for name in depends if re.match(r"^linux-headers-.*-common", name))
     if not compilers or not kbuilds:
         raise BuildError(f"cannot tell compiler and kbuild of {headers}: {depends}", ExitCode.BUILD)
     return Kernel(
@@ -94,10 +95,13 @@ def install(chroot: Chroot, kernel: Kernel, target_release: str | None = None) -
         downloaded = next(chroot.path(inside).glob("*.deb"))
         repacked = _repack_without_foreign_dependencies(downloaded, scratch_path)
         chroot.copy_in(repacked, f"{inside}/repacked/{repacked.name}")
+        package_file = f"{inside}/repacked/{repacked.name}"
         result = chroot.run(
-            f"apt-get install -y -q --no-install-recommends {inside}/repacked/{repacked.name}"
+            f"apt-get install -y -q --no-install-recommends --no-remove {package_file}"
         )
-        chroot.run(f"rm -rf {inside}")
+        # The archive has the same version with the original dependencies; held, apt never
+        # tries to "fix" the installed package back to them.
+        chroot.run(f"apt-mark hold {kernel.headers}:arm64 && rm -rf {inside}")
         return result.stdout + result.stderr
 
 
@@ -112,7 +116,7 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
             kept = [
                 dependency.strip()
                 for dependency in line[len("Depends:") :].split(",")
-                if not _FOREIGN_DEPENDENCY.match(dependency.strip())
+                if _KEPT_DEPENDENCY.match(dependency.strip())
             ]
             if not kept:
                 continue
@@ -125,3 +129,34 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
         ["dpkg-deb", "-Zxz", "-b", str(unpacked), str(target)], check=True, capture_output=True
     )
     return target
+
+
+def flavour_of(kernel: Kernel, flavour: str) -> str:
+    """The headers package of the same ABI in another flavour (cloud-arm64, rt-arm64, ...)."""
+    return re.sub(r"-arm64$", f"-{flavour}", kernel.headers)
+
+
+def previous_abi(chroot: Chroot, current: Kernel, target_release: str | None) -> str:
+    """The newest headers package of the same flavour older than ``current`` in the suite."""
+    release = ["-t", target_release] if target_release else []
+    output = chroot.run(
+        ["apt-cache", *release, "search", "--names-only", r"^linux-headers-[0-9].*-arm64$"]
+    ).stdout
+    flavour = current.release.split("-", 1)[1] if "-" in current.release else ""
+    candidates = []
+    for line in output.splitlines():
+        name = line.split(" ", 1)[0]
+        release_name = name.removeprefix("linux-headers-")
+        if release_name.split("-", 1)[-1] != flavour:
+            continue
+        if _numeric(release_name) < _numeric(current.release):
+            candidates.append((_numeric(release_name), name))
+    if not candidates:
+        raise BuildError(
+            f"no arm64 headers older than {current.release} in {chroot.suite.name}", ExitCode.BUILD
+        )
+    return max(candidates)[1]
+
+
+def _numeric(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release.split("-")[0].split("+")[0]))

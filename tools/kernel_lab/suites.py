@@ -1,8 +1,9 @@
-"""The Debian suites that carry arm64 kernels, as the kernel matrix knows them."""
+"""The Debian suites that carry arm64 kernels, and how the matrix picks two kernels in each."""
 
 from __future__ import annotations
 
 from .chroot import Suite
+from .matrix import Plan
 
 SUITES: dict[str, Suite] = {
     suite.name: suite
@@ -19,6 +20,15 @@ SUITES: dict[str, Suite] = {
     )
 }
 
-# The suite the test command uses for its one-kernel end-to-end check: its dkms (>= 3.2)
-# skips foreign kernels instead of failing.
+# The installed kernel is the suite's current ABI, except in backports, where the previous
+# ABI is installed first so the upgrade is a real version upgrade; elsewhere the upgrade is
+# another flavour of the same ABI.
+PLANS: dict[str, Plan] = {
+    "bookworm": Plan(SUITES["bookworm"], first="meta", upgrade="cloud-arm64"),
+    "trixie": Plan(SUITES["trixie"], first="meta", upgrade="rt-arm64"),
+    "trixie-backports": Plan(SUITES["trixie-backports"], first="previous", upgrade="meta"),
+    "sid": Plan(SUITES["sid"], first="meta", upgrade="cloud-arm64"),
+}
+
+# The suite the test command checks end to end: its dkms (>= 3.2) skips foreign kernels.
 DEFAULT_SUITE = "trixie"

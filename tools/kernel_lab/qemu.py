@@ -1,0 +1,279 @@
+"""Boot a Debian arm64 kernel in qemu-system-aarch64 and exercise the module from a tiny
+busybox initramfs: insmod, probe on a device-tree node, rmmod, load/unload cycles, and a
+module built for another kernel that must be refused.
+
+The kernel is the exact build the headers belong to (with module versioning, anything else
+refuses the module). Debian ships it as an uncompressed arm64 Image, in linux-image-<release>
+(/boot/vmlinuz-*) up to 6.x and in linux-binary-<release> (/usr/lib/modules/*/vmlinuz) from
+7.x on, where the linux-image one is compressed for EFI.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aipu_build.tools import require_tool
+
+from .chroot import Chroot
+
+ARM64_IMAGE_MAGIC = b"ARMd"  # at offset 0x38 of an arm64 Image
+CYCLES = 20
+# What a clean run must never print.
+KERNEL_FAULTS = re.compile(r"Oops|BUG:|WARNING:|Call trace|Kernel panic|Unable to handle")
+
+# A Zhouyi V3 node like the board's, at an address nothing in QEMU's virt machine uses: the
+# probe must fail cleanly at the power domains (QEMU has none) before touching registers.
+NPU_DT_NODE = """
+	npu@9200000 {
+		compatible = "armchina,zhouyi-v3";
+		reg = <0x00 0x9200000 0x00 0x10000>;
+		interrupts = <0x00 0x70 0x04>;
+	};
+"""
+
+INIT_SCRIPT = f"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+echo "LAB: booted $(uname -r)"
+if insmod /aipu.ko; then echo "LAB: insmod ok"; else echo "LAB: insmod failed"; fi
+[ -d /sys/bus/platform/drivers/armchina ] && echo "LAB: driver armchina registered"
+[ -c /dev/aipu ] && echo "LAB: device node present"
+if rmmod aipu; then echo "LAB: rmmod ok"; else echo "LAB: rmmod failed"; fi
+ok=0
+i=0
+while [ $i -lt {CYCLES} ]; do
+	insmod /aipu.ko && rmmod aipu && ok=$((ok + 1))
+	i=$((i + 1))
+done
+echo "LAB: cycles $ok/{CYCLES}"
+if [ -f /foreign.ko ]; then
+	if insmod /foreign.ko; then echo "LAB: foreign insmod accepted"; rmmod aipu
+	else echo "LAB: foreign insmod refused"; fi
+fi
+echo "LAB: dmesg begin"
+dmesg
+echo "LAB: dmesg end"
+poweroff -f
+"""
+
+
+@dataclass
+class BootResult:
+    kernel: str
+    seconds: float
+    console: str
+    facts: dict[str, str] = field(default_factory=dict)
+
+    def marker(self, text: str) -> bool:
+        return f"LAB: {text}" in self.console
+
+    @property
+    def dmesg(self) -> str:
+        start = self.console.find("LAB: dmesg begin")
+        end = self.console.find("LAB: dmesg end")
+        return self.console[start:end] if start >= 0 and end > start else ""
+
+    @property
+    def faults(self) -> list[str]:
+        return [line.strip() for line in self.console.splitlines() if KERNEL_FAULTS.search(line)]
+
+    def problems(self, *, expect_foreign_refusal: bool) -> list[str]:
+        """Everything that is not as a clean run must be; empty when all is well."""
+        found = []
+        for marker in (
+            "insmod ok",
+            "driver armchina registered",
+            "rmmod ok",
+            f"cycles {CYCLES}/{CYCLES}",
+        ):
+            if not self.marker(marker):
+                found.append(f"missing '{marker}'")
+        if "sky1_npu_probe" not in self.dmesg:
+            found.append("the probe did not run")
+        if expect_foreign_refusal:
+            if not self.marker("foreign insmod refused"):
+                found.append("a module built for another kernel was not refused")
+            elif not re.search(r"version magic|disagrees about version", self.dmesg):
+                found.append("the refusal was not a version-magic error")
+        found += [f"kernel fault: {line}" for line in self.faults[:3]]
+        if not self.dmesg:
+            found.append("the guest did not finish (no dmesg dump)")
+        return found
+
+
+def kernel_image(chroot: Chroot, release: str) -> Path:
+    """The uncompressed arm64 Image of ``release``, downloaded into the shared apt cache."""
+    cache = chroot.path("/var/cache/apt/archives")
+    for package, member in (
+        (f"linux-image-{release}", f"./boot/vmlinuz-{release}"),
+        (f"linux-binary-{release}", f"./usr/lib/modules/{release}/vmlinuz"),
+    ):
+        debs = sorted(cache.glob(f"{package}_*_arm64.deb"))
+        if not debs:
+            result = chroot.run(
+                f"cd /var/cache/apt/archives && apt-get download -q {package}:arm64", check=False
+            )
+            if result.returncode != 0:
+                continue
+            debs = sorted(cache.glob(f"{package}_*_arm64.deb"))
+        target = cache.parent / "lab-images" / f"{release}.Image"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            unpacked = subprocess.run(
+                f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}' '{member}'",
+                shell=True,
+                check=False,
+                capture_output=True,
+            )
+            image = Path(scratch) / member
+            if unpacked.returncode == 0 and _is_arm64_image(image):
+                shutil.copyfile(image, target)
+                return target
+    raise FileNotFoundError(f"no uncompressed arm64 Image for {release} in the archive")
+
+
+def _is_arm64_image(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with path.open("rb") as stream:
+        header = stream.read(0x40)
+    return header[0x38:0x3C] == ARM64_IMAGE_MAGIC
+
+
+def busybox(chroot: Chroot) -> Path:
+    """busybox-static for arm64, from the suite's archive."""
+    cache = chroot.path("/var/cache/apt/archives")
+    debs = sorted(cache.glob("busybox-static_*_arm64.deb"))
+    if not debs:
+        chroot.run("cd /var/cache/apt/archives && apt-get download -q busybox-static:arm64")
+        debs = sorted(cache.glob("busybox-static_*_arm64.deb"))
+    target = cache.parent / "lab-images" / "busybox.arm64"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run(
+            f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}'",
+            shell=True,
+            check=True,
+            capture_output=True,
+        )
+        found = next(
+            path
+            for path in Path(scratch).rglob("busybox")
+            if path.is_file() and path.read_bytes()[:4] == b"\x7fELF"
+        )
+        shutil.copyfile(found, target)
+    target.chmod(0o755)
+    return target
+
+
+def initramfs(
+    directory: Path, busybox_binary: Path, module: Path, foreign_module: Path | None
+) -> Path:
+    root = directory / "initramfs"
+    for sub in ("bin", "proc", "sys", "dev"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(busybox_binary, root / "bin" / "busybox")
+    (root / "bin" / "busybox").chmod(0o755)
+    (root / "init").write_text(INIT_SCRIPT, encoding="utf-8")
+    (root / "init").chmod(0o755)
+    shutil.copyfile(module, root / "aipu.ko")
+    if foreign_module is not None:
+        shutil.copyfile(foreign_module, root / "foreign.ko")
+    archive = directory / "initramfs.cpio"
+    subprocess.run(
+        f"cd '{root}' && find . | cpio -o -H newc --quiet > '{archive}'", shell=True, check=True
+    )
+    return archive
+
+
+def _qemu_command(
+    image: Path, initrd: Path | None, dtb: Path | None, extra: list[str]
+) -> list[str]:
+    command = [
+        "qemu-system-aarch64",
+        "-M",
+        "virt",
+        "-cpu",
+        "max,pauth-impdef=on",
+        "-smp",
+        "2",
+        "-m",
+        "2048",
+        "-nographic",
+        "-no-reboot",
+        "-nic",
+        "none",
+        "-kernel",
+        str(image),
+        "-append",
+        "console=ttyAMA0 panic=-1 loglevel=3 rdinit=/init",
+    ]
+    if initrd is not None:
+        command += ["-initrd", str(initrd)]
+    if dtb is not None:
+        command += ["-dtb", str(dtb)]
+    return command + extra
+
+
+def device_tree(directory: Path, image: Path) -> Path:
+    """QEMU's own device tree for this machine, with the NPU node added."""
+    require_tool("dtc")
+    dumped = directory / "virt.dtb"
+    subprocess.run(
+        _qemu_command(image, None, None, ["-machine", f"dumpdtb={dumped}"]),
+        check=True,
+        capture_output=True,
+    )
+    source = subprocess.run(
+        ["dtc", "-I", "dtb", "-O", "dts", str(dumped)], check=True, capture_output=True, text=True
+    ).stdout
+    end = source.rstrip().rfind("};")
+    patched = source[:end] + NPU_DT_NODE + source[end:]
+    compiled = directory / "virt-npu.dtb"
+    subprocess.run(
+        ["dtc", "-I", "dts", "-O", "dtb", "-o", str(compiled), "-"],
+        input=patched,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    return compiled
+
+
+def boot(
+    image: Path,
+    module: Path,
+    busybox_binary: Path,
+    foreign_module: Path | None,
+    release: str,
+    timeout: float = 600,
+) -> BootResult:
+    require_tool("qemu-system-aarch64")
+    require_tool("cpio")
+    with tempfile.TemporaryDirectory(prefix="lab-qemu-") as scratch:
+        directory = Path(scratch)
+        initrd = initramfs(directory, busybox_binary, module, foreign_module)
+        dtb = device_tree(directory, image)
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                _qemu_command(image, initrd, dtb, []),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+            console = result.stdout + result.stderr
+        except subprocess.TimeoutExpired as expired:
+            console = (expired.stdout or b"").decode(errors="replace") + "\nLAB: timeout"
+        return BootResult(release, time.monotonic() - started, console)
