@@ -17,7 +17,7 @@ export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
 .PHONY: deps fetch patch quilt-tree deb module test lint check-kernels clean
 
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): tools/install-deps.sh pyproject.toml
+$(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
 	tools/install-deps.sh
 	touch $@
 
@@ -47,8 +47,8 @@ test: $(DEPS_STAMP)
 
 ## lint: ruff and shellcheck
 lint: $(DEPS_STAMP)
-	$(VENV)/bin/ruff check tools tests
-	$(VENV)/bin/ruff format --check tools tests
+	$(VENV)/bin/ruff check tools tests npuctl
+	$(VENV)/bin/ruff format --check tools tests npuctl
 	shellcheck tools/*.sh .ci/run
 
 clean:

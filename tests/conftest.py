@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from aipu_build.config import Config, load_config
 from aipu_build.fetch import cache_root, find_upstream
 

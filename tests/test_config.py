@@ -3,6 +3,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from aipu_build.config import kernel_min_regex, load_config
 from aipu_build.errors import BuildError, ExitCode
 

@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from aipu_build import fetch
 from aipu_build.errors import BuildError, ExitCode
 

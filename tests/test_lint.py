@@ -13,12 +13,14 @@ SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
 
 
 def test_ruff_check():
-    result = run(sys.executable, "-m", "ruff", "check", "tools", "tests", cwd=ROOT)
+    result = run(sys.executable, "-m", "ruff", "check", "tools", "tests", "npuctl", cwd=ROOT)
     assert result.returncode == 0, result.stdout
 
 
 def test_ruff_format():
-    result = run(sys.executable, "-m", "ruff", "format", "--check", "tools", "tests", cwd=ROOT)
+    result = run(
+        sys.executable, "-m", "ruff", "format", "--check", "tools", "tests", "npuctl", cwd=ROOT
+    )
     assert result.returncode == 0, result.stdout
 
 

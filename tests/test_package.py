@@ -7,6 +7,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from aipu_build.fetch import git_tree_id
 from aipu_build.package import orig_tarball
 

@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from aipu_build.errors import BuildError, ExitCode
 from aipu_build.fetch import git_tree_id
 from aipu_build.patching import PATCHES_DIR, patched_copy, quilt, series

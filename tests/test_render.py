@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from aipu_build.render import (
     DKMS_TEMPLATE,
     render_file,

@@ -66,7 +66,10 @@ def resolve(
             )
         headers = candidates[0]
     depends = _depends(chroot, f"{headers}:arm64", target_release)
-    compilers = [name for name in depends if re.match(r"^gcc-\d+$", name)]
+    # 6.x headers depend on gcc-N, 7.x on gcc-N-for-host: either names the compiler version.
+    compilers = [
+        match[1] for name in depends if (match := re.match(r"^(gcc-\d+)(-for-host)?$", name))
+    ]
     kbuilds = [name for name in depends if name.startswith("linux-kbuild-")]
     common = tuple(name for name in depends if re.match(r"^linux-headers-.*-common", name))
     if not compilers or not kbuilds:

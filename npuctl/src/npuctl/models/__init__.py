@@ -1,0 +1,1 @@
+"""Model management: the manifest, the model directory and its lock file, downloads."""

@@ -1,0 +1,101 @@
+"""The model manifest (provision/models.yaml): what npuctl knows by name."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from ..errors import ExitCode, NpuctlError
+
+
+@dataclass(frozen=True)
+class TensorExpectation:
+    elements: int
+    dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A model or an asset (a file a model needs)."""
+
+    name: str
+    kind: str  # model | asset
+    description: str
+    file: str
+    url: str
+    sha256: str | None
+    size: int | None = None
+    approx_mb: float | None = None
+    needs: tuple[str, ...] = ()
+    inputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
+    outputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    entries: dict[str, Entry]
+
+    def get(self, name: str) -> Entry:
+        try:
+            return self.entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self.entries))
+            raise NpuctlError(f"unknown model {name!r}; known: {known}", ExitCode.USAGE) from None
+
+    @property
+    def models(self) -> list[Entry]:
+        return [entry for entry in self.entries.values() if entry.kind == "model"]
+
+    def with_needs(self, names: list[str]) -> list[Entry]:
+        """The named entries and everything they need, each once, needs first."""
+        ordered: list[Entry] = []
+        for name in names:
+            entry = self.get(name)
+            for need in entry.needs:
+                if self.get(need) not in ordered:
+                    ordered.append(self.get(need))
+            if entry not in ordered:
+                ordered.append(entry)
+        return ordered
+
+
+def manifest_path() -> Path:
+    explicit = os.environ.get("NPUCTL_MANIFEST")
+    if explicit:
+        return Path(explicit)
+    return Path(str(resources.files("npuctl") / "data" / "models.yaml"))
+
+
+def _tensors(items: list[dict] | None) -> tuple[TensorExpectation, ...]:
+    return tuple(
+        TensorExpectation(int(item["elements"]), item.get("dtype")) for item in items or []
+    )
+
+
+def load_manifest(path: Path | None = None) -> Manifest:
+    path = path or manifest_path()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise NpuctlError(f"cannot read the model manifest {path}: {error}") from error
+    entries: dict[str, Entry] = {}
+    for kind, section in (("model", "models"), ("asset", "assets")):
+        for name, item in (data.get(section) or {}).items():
+            entries[name] = Entry(
+                name=name,
+                kind=kind,
+                description=item.get("description", ""),
+                file=item["file"],
+                url=item["url"],
+                sha256=item.get("sha256"),
+                size=item.get("size"),
+                approx_mb=item.get("approx_mb"),
+                needs=tuple(item.get("needs") or ()),
+                inputs=_tensors(item.get("inputs")),
+                outputs=_tensors(item.get("outputs")),
+            )
+    return Manifest(entries)

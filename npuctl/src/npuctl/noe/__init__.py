@@ -1,0 +1,1 @@
+"""The libnoe binding: the only package that knows about ctypes."""

@@ -1,0 +1,1 @@
+"""Pre- and post-processing in numpy; nothing here knows about libnoe or ctypes."""

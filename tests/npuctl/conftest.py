@@ -1,0 +1,146 @@
+"""Fixtures for npuctl: the libnoe test double built with the system compiler, a fake
+/dev/aipu, model files the double understands, and running the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ..testdata import (
+    BUS_JPG_SHA256,
+    CLIP_ANYTORCH,
+    CLIP_VOCAB_SHA256,
+    YOLOV5,
+    wheel_member,
+)
+
+DOUBLE_SOURCE = Path(__file__).resolve().parents[1] / "noe_double" / "libnoe_double.c"
+
+
+@pytest.fixture(scope="session")
+def libnoe_double(tmp_path_factory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the libnoe test double: run 'make deps'")
+    library = tmp_path_factory.mktemp("double") / "libnoe.so"
+    subprocess.run(
+        [
+            compiler,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(library),
+            str(DOUBLE_SOURCE),
+        ],
+        check=True,
+    )
+    return library
+
+
+@pytest.fixture(scope="session")
+def clip_vocab() -> Path:
+    return wheel_member(CLIP_ANYTORCH, "clip/bpe_simple_vocab_16e6.txt.gz", CLIP_VOCAB_SHA256)
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer_source() -> Path:
+    return wheel_member(CLIP_ANYTORCH, "clip/simple_tokenizer.py")
+
+
+@pytest.fixture(scope="session")
+def bus_jpg() -> Path:
+    return wheel_member(YOLOV5, "yolov5/data/images/bus.jpg", BUS_JPG_SHA256)
+
+
+def write_model(path: Path, inputs: list[str], outputs: list[str]) -> Path:
+    """A model file for the double: each tensor as 'TYPE BYTES SCALE ZERO_POINT [FILE]'."""
+    lines = (
+        ["NOEDOUBLE 1"]
+        + [f"input {spec}" for spec in inputs]
+        + [f"output {spec}" for spec in outputs]
+    )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@dataclass
+class Board:
+    """A machine with the NPU as npuctl sees it: the double, a device node, a model dir."""
+
+    library: Path
+    device: Path
+    models: Path
+    trace: Path
+    env: dict[str, str]
+
+    def model(self, name: str, inputs: list[str], outputs: list[str]) -> Path:
+        return write_model(self.models / name, inputs, outputs)
+
+    def clip_text(self) -> Path:
+        return self.model("clip_txt.cix", ["S32 308 1.0 0"], ["S8 512 27.67 60"])
+
+    def clip_visual(self) -> Path:
+        return self.model("clip_visual.cix", ["U8 150528 64.75 12"], ["S8 512 29.52 -80"])
+
+    def calls(self) -> list[str]:
+        if not self.trace.exists():
+            return []
+        return self.trace.read_text(encoding="utf-8").split()
+
+    def npuctl(
+        self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "npuctl", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(extra_env or {})},
+            timeout=timeout,
+            check=False,
+        )
+
+    def npuctl_json(self, *args: str, **kwargs) -> dict:
+        result = self.npuctl(*args, "--json", **kwargs)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def board(tmp_path: Path, libnoe_double: Path) -> Board:
+    device = tmp_path / "dev-aipu"
+    device.write_bytes(b"")
+    models = tmp_path / "models"
+    models.mkdir()
+    trace = tmp_path / "calls.log"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("NOE_DOUBLE_", "NPUCTL_"))
+    }
+    env.update(
+        {
+            "NPUCTL_LIBNOE": str(libnoe_double),
+            "NPUCTL_MODELS": str(models),
+            "NOE_DOUBLE_DEVICE": str(device),
+            "NOE_DOUBLE_TRACE": str(trace),
+        }
+    )
+    return Board(libnoe_double, device, models, trace, env)
+
+
+@pytest.fixture
+def vocab_in(board: Board, clip_vocab: Path) -> Path:
+    target = board.models / clip_vocab.name
+    shutil.copyfile(clip_vocab, target)
+    return target

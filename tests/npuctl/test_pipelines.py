@@ -1,0 +1,109 @@
+"""CLIP image preprocessing and YOLOv8 pre/post-processing in numpy."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from npuctl.noe import abi
+from npuctl.noe.binding import TensorInfo, quantize
+from npuctl.pipelines import clip_image, yolo
+from npuctl.pipelines.embeddings import normalise, similarity
+
+from .reference_nms import straightforward_nms
+
+
+def test_clip_preprocessing_matches_clip_transform(bus_jpg):
+    image = Image.open(bus_jpg).convert("RGB")  # 810 x 1080
+    tensor = clip_image.preprocess(image)
+    assert tensor.shape == (3, 224, 224) and tensor.dtype == np.float32
+    # CLIP's transform written out plainly: Resize(224, bicubic) on the shortest side,
+    # CenterCrop(224), ToTensor, Normalize(mean, std).
+    resized = image.resize((224, int(224 * 1080 / 810)), Image.Resampling.BICUBIC)
+    top = round((resized.height - 224) / 2.0)
+    crop = np.asarray(resized.crop((0, top, 224, top + 224)), dtype=np.float32) / 255.0
+    expected = ((crop - clip_image.MEAN) / clip_image.STD).transpose(2, 0, 1)
+    assert np.allclose(tensor, expected, atol=1e-5)
+
+
+def test_clip_input_quantized_with_the_verified_sign():
+    info = TensorInfo(0, 0, 150528, 64.75, 12, abi.DataType.U8)
+    assert quantize(np.array([1.0, 0.0]), info).tolist() == [53, 0]  # guide's sign: 77, 12
+
+
+def test_landscape_images_are_cropped_in_the_middle():
+    image = Image.new("RGB", (448, 224), (0, 0, 0))
+    image.paste((255, 255, 255), (112, 0, 336, 224))  # white centre half
+    tensor = clip_image.preprocess(image)
+    white = (1.0 - clip_image.MEAN[0]) / clip_image.STD[0]
+    assert np.allclose(tensor[0], white, atol=1e-3)
+
+
+def test_embeddings_are_unit_length_and_similarity_is_cosine():
+    a, b = normalise(np.array([3.0, 4.0])), normalise(np.array([4.0, 3.0]))
+    assert np.linalg.norm(a) == pytest.approx(1.0)
+    scores = similarity([a, b], [a, b])
+    assert scores[0, 0] == pytest.approx(1.0) and scores[0, 1] == pytest.approx(0.96)
+
+
+def test_letterbox_is_bgr_chw_padded_with_114():
+    image = Image.new("RGB", (320, 160), (255, 0, 0))  # red, landscape
+    tensor, box = yolo.letterbox(image)
+    assert tensor.shape == (3, 640, 640)
+    assert box.ratio == 2.0 and box.pad_x == 0 and box.pad_y == 160
+    pixels = np.rint(tensor * 255).astype(int)
+    assert pixels[:, 0, 0].tolist() == [114, 114, 114]  # padding
+    assert pixels[:, 320, 320].tolist() == [0, 0, 255]  # red, in B, G, R order
+
+
+def synthetic_output(objects, candidates=8400, noise=0.05, seed=0):
+    """An 84 x 8400 F16 output holding the given (class, score, cx, cy, w, h) objects, each
+    repeated with jitter as YOLO's anchors do, plus low-score noise."""
+    rng = np.random.default_rng(seed)
+    output = np.zeros((84, candidates), dtype=np.float32)
+    output[4:] = rng.uniform(0, noise, (80, candidates))
+    output[:4] = rng.uniform(0, 640, (4, candidates))
+    column = 0
+    for class_id, score, cx, cy, w, h in objects:
+        for _ in range(20):
+            jitter = rng.normal(0, 2, 4)
+            output[:4, column] = [cx + jitter[0], cy + jitter[1], w + jitter[2], h + jitter[3]]
+            output[4 + class_id, column] = score - rng.uniform(0, 0.05)
+            column += 1
+    return output.astype(np.float16)
+
+
+def test_decode_maps_boxes_back_to_the_original_image():
+    image = Image.new("RGB", (810, 1080))
+    _, box = yolo.letterbox(image)
+    # A person at (100..300, 200..700) in the original: in letterbox coordinates
+    ratio = box.ratio
+    cx, cy = box.pad_x + 200 * ratio, box.pad_y + 450 * ratio
+    output = synthetic_output([(0, 0.9, cx, cy, 200 * ratio, 500 * ratio)])
+    detections = yolo.decode(output, box)
+    assert len(detections) == 1
+    person = detections[0]
+    assert person.label == "person" and person.score > 0.8
+    assert person.box == pytest.approx((100, 200, 300, 700), abs=6)
+
+
+def test_nms_is_class_wise():
+    image = Image.new("RGB", (640, 640))
+    _, box = yolo.letterbox(image)
+    same_place = (320, 320, 100, 100)
+    output = synthetic_output([(0, 0.9, *same_place), (16, 0.8, *same_place)])
+    labels = sorted(d.label for d in yolo.decode(output, box))
+    assert labels == ["dog", "person"]
+
+
+def test_fast_nms_equals_straightforward_nms():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        n = 300
+        xy = rng.uniform(0, 600, (n, 2))
+        wh = rng.uniform(10, 120, (n, 2))
+        boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+        scores = rng.uniform(0.25, 1, n).astype(np.float32)
+        classes = rng.integers(0, 5, n)
+        fast = yolo.nms(boxes, scores, classes, 0.45)
+        slow = straightforward_nms(boxes, scores, classes, 0.45)
+        assert sorted(fast.tolist()) == sorted(slow)
