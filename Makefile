@@ -14,7 +14,7 @@ DEPS_STAMP := $(VENV)/.deps-installed
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
 
-.PHONY: deps fetch patch quilt-tree deb module test lint check-kernels clean
+.PHONY: deps fetch patch quilt-tree deb module test lint check-kernels bench clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
@@ -47,8 +47,8 @@ test: $(DEPS_STAMP)
 
 ## lint: ruff and shellcheck
 lint: $(DEPS_STAMP)
-	$(VENV)/bin/ruff check tools tests npuctl
-	$(VENV)/bin/ruff format --check tools tests npuctl
+	$(VENV)/bin/ruff check tools tests npuctl bench
+	$(VENV)/bin/ruff format --check tools tests npuctl bench
 	shellcheck tools/*.sh .ci/run
 
 clean:
@@ -67,3 +67,7 @@ check-kernels: deb patch
 		--next-deb $(BUILD)/next/aipu-dkms_$${version}+$(NEXT_SUFFIX)-$${revision}_all.deb \
 		--next-version $${version}+$(NEXT_SUFFIX) \
 		--patched-tree $(BUILD)/src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
+
+## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations
+bench: $(DEPS_STAMP)
+	$(PY) -m bench.host_cost

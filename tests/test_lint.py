@@ -9,17 +9,29 @@ import pytest
 from .conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]
+PYTHON_TREES = ("tools", "tests", "npuctl", "bench")
 SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
 
 
 def test_ruff_check():
-    result = run(sys.executable, "-m", "ruff", "check", "tools", "tests", "npuctl", cwd=ROOT)
+    result = run(
+        sys.executable, "-m", "ruff", "check", "tools", "tests", "npuctl", "bench", cwd=ROOT
+    )
     assert result.returncode == 0, result.stdout
 
 
 def test_ruff_format():
     result = run(
-        sys.executable, "-m", "ruff", "format", "--check", "tools", "tests", "npuctl", cwd=ROOT
+        sys.executable,
+        "-m",
+        "ruff",
+        "format",
+        "--check",
+        "tools",
+        "tests",
+        "npuctl",
+        "bench",
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout
 

@@ -107,3 +107,27 @@ def test_fast_nms_equals_straightforward_nms():
         fast = yolo.nms(boxes, scores, classes, 0.45)
         slow = straightforward_nms(boxes, scores, classes, 0.45)
         assert sorted(fast.tolist()) == sorted(slow)
+
+
+@pytest.mark.parametrize(
+    ("scale", "zero_point", "dtype"),
+    [(64.75, 12, np.uint8), (32.0, -3, np.int8), (100.0, 0, np.int16)],
+)
+def test_table_quantization_equals_quantize_of_preprocess(bus_jpg, scale, zero_point, dtype):
+    image = Image.open(bus_jpg)
+    info = TensorInfo(
+        0,
+        0,
+        150528 * np.dtype(dtype).itemsize,
+        scale,
+        zero_point,
+        {np.uint8: abi.DataType.U8, np.int8: abi.DataType.S8, np.int16: abi.DataType.S16}[dtype],
+    )
+    expected = quantize(clip_image.preprocess(image), info)
+    assert np.array_equal(clip_image.quantized(image, scale, zero_point, np.dtype(dtype)), expected)
+
+
+def test_threaded_resize_is_pillows_resize(bus_jpg):
+    image = Image.open(bus_jpg).convert("RGB")
+    one_call = image.resize((224, 298), Image.Resampling.BICUBIC)
+    assert np.array_equal(np.asarray(clip_image._resize(image, 224, 298)), np.asarray(one_call))

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 from ..cli import Settings, pass_settings
 from ..errors import InputError
 from ..inference import Model
-from ..noe.binding import quantize
+from ..noe.binding import TensorInfo, quantize
 from ..output import emit_json, matrix, table
 from ..pipelines import clip_image, yolo
 from ..pipelines.clip_tokenizer import CONTEXT_LENGTH, ClipTokenizer
@@ -69,11 +69,17 @@ def embed_texts(
 
 
 def embed_images(model: Model, paths: tuple[Path, ...]) -> list[np.ndarray]:
-    info = model.inputs[0]
     return [
-        normalise(model.run([quantize(clip_image.preprocess(open_rgb(path)), info)]).values())
+        normalise(model.run([clip_input(open_rgb(path), model.inputs[0])]).values())
         for path in paths
     ]
+
+
+def clip_input(image: Image.Image, info: TensorInfo) -> np.ndarray:
+    """The visual encoder's input tensor, quantized with the descriptor's scale."""
+    if info.dtype.kind in "iu":
+        return clip_image.quantized(image, info.scale, info.zero_point, info.dtype)
+    return quantize(clip_image.preprocess(image), info)
 
 
 @run.command(name="clip-text")

@@ -146,9 +146,7 @@ def decode(
 ) -> list[Detection]:
     """Detections from the raw (84 x 8400) output, best first."""
     prediction = output.reshape(84, -1)
-    scores = prediction[4:]
-    best = scores.max(axis=0)
-    candidates = np.flatnonzero(best > conf)
+    candidates = np.flatnonzero(_best_scores_above(prediction[4:], conf))
     if candidates.size == 0:
         return []
     selected = prediction[:, candidates].astype(np.float32)
@@ -171,27 +169,41 @@ def decode(
     ]
 
 
+def _best_scores_above(scores: np.ndarray, conf: float) -> np.ndarray:
+    """Per candidate: is its best class score > conf? For float16 scores, compared as int16
+    bit patterns, which order non-negative halves exactly as their values (and negative ones
+    below them): numpy's float16 arithmetic is emulated and many times slower."""
+    if scores.dtype != np.float16:
+        return scores.max(axis=0) > conf
+    threshold = np.float16(conf)
+    if float(threshold) > conf:  # the largest half <= conf: v > conf <=> v > threshold
+        threshold = np.nextafter(threshold, np.float16(-np.inf))
+    best = scores.view(np.int16).max(axis=0)
+    return best > threshold.view(np.int16)
+
+
 def nms(
     boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, threshold: float
 ) -> np.ndarray:
     """Indices kept by class-wise greedy NMS, best score first.
 
-    Boxes of different classes are moved apart by a class-dependent offset, so one pass
-    over all classes never suppresses across classes; the pairwise IoU matrix of the few
-    hundred candidates is computed at once instead of box by box.
+    Boxes of different classes are moved apart by a class-dependent offset, so one greedy
+    pass over all classes never suppresses across classes, and each step compares the best
+    remaining box with all the others at once.
     """
     order = np.argsort(-scores, kind="stable")
     shifted = boxes[order] + (class_ids[order] * 8192.0)[:, None]
-    x1, y1, x2, y2 = shifted.T
+    x1, y1, x2, y2 = (np.ascontiguousarray(column) for column in shifted.T)
     area = (x2 - x1).clip(0) * (y2 - y1).clip(0)
-    inter_w = (np.minimum(x2[:, None], x2[None]) - np.maximum(x1[:, None], x1[None])).clip(0)
-    inter_h = (np.minimum(y2[:, None], y2[None]) - np.maximum(y1[:, None], y1[None])).clip(0)
-    inter = inter_w * inter_h
-    with np.errstate(divide="ignore", invalid="ignore"):
-        overlap = inter / (area[:, None] + area[None] - inter)
-    suppress = np.triu(overlap > threshold, k=1)
-    keep = np.ones(len(order), dtype=bool)
-    for i in range(len(order)):
-        if keep[i]:
-            keep &= ~suppress[i]
-    return order[keep]
+    remaining = np.arange(len(order))
+    keep = []
+    while remaining.size:
+        best, rest = remaining[0], remaining[1:]
+        keep.append(best)
+        inter = (np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest])).clip(0) * (
+            np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest])
+        ).clip(0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            overlap = inter / (area[best] + area[rest] - inter)
+        remaining = rest[~(overlap > threshold)]
+    return order[np.array(keep, dtype=np.intp)]

@@ -1,0 +1,301 @@
+"""make bench: npuctl's host-side cost on this machine, each measurement beside a reference
+run in the same process on the same input, reported as a ratio, with the target it must meet.
+
+NPU calls go to the libnoe test double (built here with the system compiler), so what is
+measured is npuctl's own work. Run: make bench (or python -m bench.host_cost).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from npuctl.noe.binding import NoeLibrary, Session, dequantize
+from npuctl.pipelines import clip_image, yolo
+from npuctl.pipelines.clip_tokenizer import ClipTokenizer
+from npuctl.pipelines.embeddings import normalise
+from tests.npuctl.reference_nms import straightforward_nms
+from tests.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5, Wheel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def median_ms(action: Callable[[], object], repeat: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        action()
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+def test_data(wheel: Wheel, member: str, sha256: str | None) -> Path:
+    import pytest
+
+    from tests.testdata import wheel_member
+
+    try:
+        return wheel_member(wheel, member, sha256)
+    except pytest.skip.Exception as skipped:
+        sys.exit(f"bench: {skipped}")
+
+
+def metric_strings(count: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        f"host box{rng.randint(1, 999)} cpu {rng.uniform(0, 100):.1f}% ram "
+        f"{rng.uniform(0, 100):.1f}% load {rng.uniform(0, 9):.2f} temps [soc "
+        f"{rng.randint(30, 95)}°C] disks [/ {rng.uniform(0, 100):.1f}%]"
+        for _ in range(count)
+    ]
+
+
+def load_reference_tokenizer(vocab: Path) -> Any:  # OpenAI's SimpleTokenizer
+    source = test_data(CLIP_ANYTORCH, "clip/simple_tokenizer.py", None)
+    spec = importlib.util.spec_from_file_location("openai_simple_tokenizer", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SimpleTokenizer(str(vocab))
+
+
+def bench_tokenizer(vocab: Path) -> dict:
+    ours = ClipTokenizer(vocab)
+    reference = load_reference_tokenizer(vocab)
+    texts = metric_strings(2000)
+    assert [ours.encode(t) for t in texts] == [reference.encode(t) for t in texts], "ids differ"
+    fresh = metric_strings(2000, seed=8)  # strings neither tokenizer has seen
+
+    def run(tokenizer: Any) -> float:
+        started = time.perf_counter()
+        for text in fresh:
+            tokenizer.encode(text)
+        return len(fresh) / (time.perf_counter() - started)
+
+    ours_rate, reference_rate = run(ours), run(reference)
+    return {
+        "name": "tokenizer throughput (system-metric strings)",
+        "unit": "texts/s",
+        "ours": ours_rate,
+        "reference": reference_rate,
+        "ratio": ours_rate / reference_rate,
+        "target": "ratio >= 5, identical ids",
+        "ok": ours_rate / reference_rate >= 5,
+    }
+
+
+def build_double(directory: Path) -> Path:
+    library = directory / "libnoe.so"
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    subprocess.run(
+        [
+            compiler,
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(library),
+            str(ROOT / "tests" / "noe_double" / "libnoe_double.c"),
+        ],
+        check=True,
+    )
+    return library
+
+
+def bench_clip_text_overhead(vocab: Path, scratch: Path) -> dict:
+    library = build_double(scratch)
+    device = scratch / "aipu"
+    device.write_bytes(b"")
+    model = scratch / "clip_txt.cix"
+    model.write_text("NOEDOUBLE 1\ninput S32 308 1.0 0\noutput S8 512 27.67 60\n")
+    os.environ["NOE_DOUBLE_DEVICE"] = str(device)
+    ours = ClipTokenizer(vocab)
+    reference = load_reference_tokenizer(vocab)
+    texts = metric_strings(400, seed=9)
+    overheads: dict[str, list[float]] = {"ours": [], "reference": []}
+    with Session(NoeLibrary(library)) as npu, npu.graph(model) as graph:
+        info = graph.outputs[0]
+
+        def once(tokenize: Callable[[str], np.ndarray], text: str) -> float:
+            started = time.perf_counter()
+            tokens = tokenize(text)
+            with graph.job() as job:
+                job.load(0, tokens)
+                infer_started = time.perf_counter()
+                job.infer(1000)
+                infer_seconds = time.perf_counter() - infer_started
+                raw = job.output(0)
+            normalise(dequantize(raw, info))
+            return time.perf_counter() - started - infer_seconds
+
+        def reference_tokenize(text: str) -> np.ndarray:
+            ids = [49406, *reference.encode(text), 49407][:77]
+            tokens = np.zeros(77, dtype=np.int32)
+            tokens[: len(ids)] = ids
+            return tokens
+
+        for text in texts[:20]:  # warm-up
+            once(ours.tokenize, text)
+            once(reference_tokenize, text)
+        for text in texts[20:]:
+            overheads["ours"].append(once(ours.tokenize, text))
+            overheads["reference"].append(once(reference_tokenize, text))
+    ours_ms = statistics.median(overheads["ours"]) * 1000
+    reference_ms = statistics.median(overheads["reference"]) * 1000
+    return {
+        "name": "CLIP text host overhead per inference",
+        "unit": "ms (median)",
+        "ours": ours_ms,
+        "reference": reference_ms,
+        "ratio": reference_ms / ours_ms,
+        "target": "median <= 0.1 ms",
+        "ok": ours_ms <= 0.1,
+    }
+
+
+def straightforward_decode(
+    output: np.ndarray, box: yolo.Letterbox, conf: float = 0.25, iou: float = 0.45
+) -> list[tuple[int, float, tuple]]:
+    """The obvious way: everything to float32, transpose, filter, per-class NMS."""
+    prediction = output.astype(np.float32).reshape(84, -1).T
+    scores = prediction[:, 4:]
+    class_ids = scores.argmax(axis=1)
+    confidences = scores.max(axis=1)
+    mask = confidences > conf
+    boxes_cxcywh = prediction[mask, :4]
+    boxes = np.concatenate(
+        [
+            boxes_cxcywh[:, :2] - boxes_cxcywh[:, 2:] / 2,
+            boxes_cxcywh[:, :2] + boxes_cxcywh[:, 2:] / 2,
+        ],
+        axis=1,
+    )
+    keep = straightforward_nms(boxes, confidences[mask], class_ids[mask], iou)
+    result = []
+    for index in sorted(keep, key=lambda k: -confidences[mask][k]):
+        x1, y1, x2, y2 = boxes[index]
+        mapped = (
+            float(np.clip((x1 - box.pad_x) / box.ratio, 0, box.width)),
+            float(np.clip((y1 - box.pad_y) / box.ratio, 0, box.height)),
+            float(np.clip((x2 - box.pad_x) / box.ratio, 0, box.width)),
+            float(np.clip((y2 - box.pad_y) / box.ratio, 0, box.height)),
+        )
+        result.append((int(class_ids[mask][index]), float(confidences[mask][index]), mapped))
+    return result
+
+
+def bench_yolo_postprocessing() -> dict:
+    from tests.npuctl.test_pipelines import synthetic_output
+
+    rng = np.random.default_rng(3)
+    objects = [
+        (
+            int(rng.integers(0, 80)),
+            float(rng.uniform(0.5, 0.95)),
+            float(rng.uniform(50, 590)),
+            float(rng.uniform(50, 590)),
+            float(rng.uniform(20, 200)),
+            float(rng.uniform(20, 200)),
+        )
+        for _ in range(15)
+    ]
+    output = synthetic_output(objects, seed=4)  # 15 objects x 20 anchors: 300 candidates
+    _, box = yolo.letterbox(Image.new("RGB", (810, 1080)))
+    ours = [
+        (d.class_id, round(d.score, 4), tuple(round(v, 2) for v in d.box))
+        for d in yolo.decode(output, box)
+    ]
+    theirs = [
+        (c, round(s, 4), tuple(round(v, 2) for v in b))
+        for c, s, b in straightforward_decode(output, box)
+    ]
+    assert ours == theirs, "detections differ"
+    ours_ms = median_ms(lambda: yolo.decode(output, box), 200)
+    reference_ms = median_ms(lambda: straightforward_decode(output, box), 50)
+    return {
+        "name": f"YOLOv8n post-processing ({len(ours)} detections, 300 candidates)",
+        "unit": "ms (median)",
+        "ours": ours_ms,
+        "reference": reference_ms,
+        "ratio": reference_ms / ours_ms,
+        "target": "median <= 1.5 ms and ratio >= 4",
+        "ok": ours_ms <= 1.5 and reference_ms / ours_ms >= 4,
+    }
+
+
+def guide_preprocess_decoded(image: Image.Image) -> np.ndarray:
+    """The community guide's CLIP preprocessing (float64 numpy, HWC), quantized."""
+    width, height = image.size
+    scale = 224 / min(width, height)
+    image = image.resize((int(width * scale), int(height * scale)), Image.BICUBIC)
+    left, top = (image.width - 224) // 2, (image.height - 224) // 2
+    image = image.crop((left, top, left + 224, top + 224))
+    array = np.array(image, dtype=np.float64) / 255.0
+    array = (array - [0.48145466, 0.4578275, 0.40821073]) / [0.26862954, 0.26130258, 0.27577711]
+    return np.clip(np.rint(array * 64.75 - 12), 0, 255).astype(np.uint8).transpose(2, 0, 1)
+
+
+def bench_clip_image(bus: Path) -> list[dict]:
+    decoded = Image.open(bus).convert("RGB")
+    ours_ms = median_ms(lambda: clip_image.quantized(decoded, 64.75, 12, np.dtype(np.uint8)), 60)
+    reference_ms = median_ms(lambda: guide_preprocess_decoded(decoded), 60)
+    decode_ms = median_ms(lambda: Image.open(bus).convert("RGB"), 60)
+    return [
+        {
+            "name": "CLIP image preprocessing, 810x1080 decoded JPEG -> quantized CHW",
+            "unit": "ms (median)",
+            "ours": ours_ms,
+            "reference": reference_ms,
+            "ratio": reference_ms / ours_ms,
+            "target": "median <= 10 ms",
+            "ok": ours_ms <= 10,
+        },
+        {
+            "name": "  (information: JPEG decode of the same file, Pillow)",
+            "unit": "ms (median)",
+            "ours": decode_ms,
+            "reference": decode_ms,
+            "ratio": 1.0,
+            "target": "none",
+            "ok": True,
+        },
+    ]
+
+
+def main() -> int:
+    vocab = test_data(CLIP_ANYTORCH, "clip/bpe_simple_vocab_16e6.txt.gz", CLIP_VOCAB_SHA256)
+    bus = test_data(YOLOV5, "yolov5/data/images/bus.jpg", BUS_JPG_SHA256)
+    with tempfile.TemporaryDirectory() as scratch:
+        results = [
+            bench_clip_text_overhead(vocab, Path(scratch)),
+            bench_tokenizer(vocab),
+            bench_yolo_postprocessing(),
+            *bench_clip_image(bus),
+        ]
+    width = max(len(r["name"]) for r in results)
+    print(f"{'measurement':{width}}  {'ours':>10}  {'reference':>10}  {'ratio':>6}  target")
+    for r in results:
+        print(
+            f"{r['name']:{width}}  {r['ours']:10.3f}  {r['reference']:10.3f}  "
+            f"{r['ratio']:5.1f}x  {r['target']} [{'ok' if r['ok'] else 'MISSED'}]  "
+            f"({r['unit']})"
+        )
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
