@@ -33,9 +33,10 @@ patch: $(DEPS_STAMP)
 quilt-tree: $(DEPS_STAMP)
 	tools/quilt-tree.sh "$$($(BUILD_TOOL) fetch)" $(BUILD)/quilt
 
-## deb: the Debian source and binary packages in dist/, lintian clean
+## deb: the Debian source and binary packages (aipu-dkms, npuctl) in dist/, lintian clean
 deb: $(DEPS_STAMP)
 	$(BUILD_TOOL) deb --build-dir $(BUILD) --dist $(DIST)
+	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/npuctl --dist $(DIST)
 
 ## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
 module: patch

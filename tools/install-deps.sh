@@ -7,11 +7,15 @@ cd "$(dirname "$0")/.."
 
 packages=(
 	git quilt tar xz-utils make fakeroot       # fetch, patch, orig tarball
-	dpkg-dev debhelper dh-dkms lintian         # the Debian package
+	dpkg-dev debhelper dh-dkms lintian         # the Debian packages
+	dh-python pybuild-plugin-pyproject python3-all python3-setuptools help2man
+	python3-click python3-numpy python3-packaging python3-pil python3-regex python3-yaml
 	python3 python3-venv                       # the build tools and npuctl
 	debootstrap zstd                           # Debian chroots with real kernel headers
 	gcc-aarch64-linux-gnu                      # cross builds against arm64 headers
 	shellcheck                                 # lint
+	gcc                                        # the libnoe test double
+	qemu-system-arm device-tree-compiler cpio  # boots the kernels of the kernel matrix
 )
 
 missing=()

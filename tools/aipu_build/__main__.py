@@ -30,6 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     deb.add_argument("--dist", type=Path, required=True)
     deb.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
     deb.add_argument("--no-lintian", action="store_true")
+    npuctl_deb = commands.add_parser("npuctl-deb", help="build the npuctl Debian package")
+    npuctl_deb.add_argument("--build-dir", type=Path, required=True)
+    npuctl_deb.add_argument("--dist", type=Path, required=True)
+    npuctl_deb.add_argument("--no-lintian", action="store_true")
     version = commands.add_parser("version", help="print the Debian version")
     version.add_argument("--upstream", action="store_true", help="print the DKMS version")
     return parser
@@ -73,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.version_suffix:
                 config = config.with_local_suffix(args.version_suffix)
             print(source_tree(config, _fetch(args.config), args.build_dir))
+        elif args.command == "npuctl-deb":
+            from .npuctl_package import build_npuctl_package
+
+            for artifact in build_npuctl_package(
+                config, args.build_dir, args.dist, lintian=not args.no_lintian
+            ):
+                print(artifact)
         elif args.command == "deb":
             from .package import build_packages
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -21,6 +22,15 @@ from .render import DKMS_TEMPLATE, render_file, render_tree, template_context, w
 from .tools import require_tool, run
 
 DEBIAN_TEMPLATES = REPO_ROOT / "debian"
+# Debian packages build with the system's tools only: no virtualenv or pyenv Python on PATH.
+DEBIAN_BUILD_ENV = {
+    **{
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("VIRTUAL_ENV", "PYENV"))
+    },
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+}
 PROVISION = REPO_ROOT / "provision"
 
 
@@ -106,11 +116,27 @@ def build_packages(
         require_tool(tool)
     build_dir = build_dir.resolve()
     tree = source_tree(config, upstream, build_dir)
-    log = build_dir / f"{config.name}_{config.debian_version}.build.log"
+    stem = f"{config.name}_{config.debian_version}"
+    artifacts = [
+        build_dir / f"{stem}.dsc",
+        build_dir / f"{config.name}_{config.version}.orig.tar.xz",
+        build_dir / f"{stem}.debian.tar.xz",
+        build_dir / f"{stem}_all.deb",
+    ]
+    return dpkg_buildpackage(tree, stem, artifacts, dist, lintian=lintian)
+
+
+def dpkg_buildpackage(
+    tree: Path, stem: str, artifacts: list[Path], dist: Path, *, lintian: bool
+) -> list[Path]:
+    """Build source and binary packages of ``tree``, check them, copy them to ``dist``."""
+    build_dir = tree.parent
+    log = build_dir / f"{stem}.build.log"
     with log.open("w", encoding="utf-8") as stream:
         result = subprocess.run(
             ["dpkg-buildpackage", "-us", "-uc", "--build=source,all"],
             cwd=tree,
+            env=DEBIAN_BUILD_ENV,
             stdout=stream,
             stderr=subprocess.STDOUT,
             check=False,
@@ -119,13 +145,6 @@ def build_packages(
         raise BuildError(
             f"dpkg-buildpackage failed: {first_error(log)} (full log: {log})", ExitCode.BUILD
         )
-    stem = f"{config.name}_{config.debian_version}"
-    artifacts = [
-        build_dir / f"{stem}.dsc",
-        build_dir / f"{config.name}_{config.version}.orig.tar.xz",
-        build_dir / f"{stem}.debian.tar.xz",
-        build_dir / f"{stem}_all.deb",
-    ]
     changes = sorted(build_dir.glob(f"{stem}_*.changes"))
     missing = [path.name for path in artifacts if not path.exists()]
     if missing or not changes:
@@ -157,7 +176,10 @@ def run_lintian(changes: Path) -> str:
 def first_error(log: Path) -> str:
     """The first line of a build log that says what went wrong."""
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    pattern = re.compile(
+        r"(^E: |\berror: |^\S+: error\b|\*\*\* |unmet build dependencies)", re.IGNORECASE
+    )
     for line in lines:
-        if "error" in line.lower() or "unmet build dependencies" in line.lower():
+        if pattern.search(line):
             return line.strip()
     return lines[-1].strip() if lines else "no output"

@@ -11,12 +11,17 @@ from __future__ import annotations
 import gzip
 import html
 import re
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
-import ftfy
 import numpy as np
 import regex
+
+try:  # Debian 12 has no python3-ftfy: without it, non-trivial Unicode is only NFC-normalised
+    import ftfy
+except ImportError:  # pragma: no cover - exercised where ftfy is absent
+    ftfy = None
 
 SOT = 49406
 EOT = 49407
@@ -38,6 +43,17 @@ _ASCII_SPLIT = re.compile(
 # ftfy changes no other character of this set. The test corpus checks it against ftfy.
 _FAST = re.compile(r"^[\x20-\x25\x27-\x7e°]*$")
 _SPACES = re.compile(r" {2,}")
+
+
+def fix_text(text: str) -> str:
+    """OpenAI's first cleaning step (ftfy); a plain NFC normalisation if ftfy is missing,
+    which differs only for broken text (mojibake, HTML escapes, control characters)."""
+    if ftfy is not None:
+        return ftfy.fix_text(text)
+    return unicodedata.normalize("NFC", text)
+
+
+EXACT = ftfy is not None
 
 
 @lru_cache(maxsize=1)
@@ -128,7 +144,7 @@ class ClipTokenizer:
             pieces = _ASCII_SPLIT.findall(cleaned)  # "°" falls in the punctuation class
             ascii_text = text.isascii()
         else:
-            cleaned = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+            cleaned = html.unescape(html.unescape(fix_text(text))).strip()
             cleaned = regex.sub(r"\s+", " ", cleaned).strip().lower()
             pieces = _UNICODE_SPLIT.findall(cleaned)
             ascii_text = False

@@ -1,0 +1,79 @@
+"""The npuctl Debian package: a native source package of the npuctl/ project, with the model
+manifest from provision/ and debian/ rendered from npuctl/debian/."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import tomllib
+from pathlib import Path
+
+from .config import REPO_ROOT, Config
+from .errors import BuildError, ExitCode
+from .package import dpkg_buildpackage
+from .render import render_tree
+from .tools import require_tool
+
+NPUCTL = REPO_ROOT / "npuctl"
+MANIFEST = REPO_ROOT / "provision" / "models.yaml"
+
+
+def npuctl_version() -> str:
+    with (NPUCTL / "pyproject.toml").open("rb") as stream:
+        return str(tomllib.load(stream)["project"]["version"])
+
+
+def _context(config: Config, version: str) -> dict[str, object]:
+    return {
+        "version": version,
+        "maintainer": config.maintainer,
+        "homepage": config.homepage,
+        "distribution": config.changelog_distribution,
+        "date": config.changelog_date,
+        "description": (
+            "npuctl proves that the ArmChina Zhouyi NPU of the Orange Pi 6 Plus (CIX CD8180) "
+            "really computes: it runs CLIP text and image encoders and YOLOv8n on it through "
+            "CIX's user-mode library libnoe, benchmarks raw inference and the full pipeline, "
+            "and downloads and verifies the CIX AI Model Hub models it knows by name."
+        ),
+    }
+
+
+def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
+    version = npuctl_version()
+    destination = build_dir / f"npuctl-{version}"
+    staging = Path(tempfile.mkdtemp(prefix=".npuctl-", dir=build_dir))
+    try:
+        tree = staging / destination.name
+        shutil.copytree(
+            NPUCTL,
+            tree,
+            symlinks=False,  # the manifest link points into provision/: copy the file
+            ignore=shutil.ignore_patterns("debian", "__pycache__", "*.egg-info", "build"),
+        )
+        render_tree(NPUCTL / "debian", tree / "debian", _context(config, version))
+        if destination.exists():
+            shutil.rmtree(destination)
+        tree.rename(destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+def build_npuctl_package(
+    config: Config, build_dir: Path, dist: Path, *, lintian: bool = True
+) -> list[Path]:
+    for tool in ("dpkg-buildpackage", "dh", "help2man", "lintian"):
+        require_tool(tool)
+    if not MANIFEST.exists():
+        raise BuildError(f"{MANIFEST} is missing", ExitCode.USAGE)
+    build_dir = build_dir.resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    tree = npuctl_source_tree(config, build_dir)
+    stem = f"npuctl_{npuctl_version()}"
+    artifacts = [
+        build_dir / f"{stem}.dsc",
+        build_dir / f"{stem}.tar.xz",
+        build_dir / f"{stem}_all.deb",
+    ]
+    return dpkg_buildpackage(tree, stem, artifacts, dist, lintian=lintian)
