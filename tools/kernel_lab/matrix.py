@@ -20,11 +20,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import kernels, qemu, scenarios
+from . import acpi, kernels, qemu, scenarios
 from .chroot import Chroot, Suite, create_chroot
 from .kernels import Kernel
 
-COLUMNS = ("build", "autoinstall", "foreign-skip", "package-upgrade", "purge", "qemu", "warnings")
+COLUMNS = (
+    "build",
+    "autoinstall",
+    "foreign-skip",
+    "package-upgrade",
+    "purge",
+    "qemu",
+    "acpi",
+    "warnings",
+)
 SCHEMA_VERSION = 1
 
 
@@ -33,6 +42,7 @@ class Cell:
     status: str  # ok | failed | skipped | known-issue | n/a
     seconds: float = 0.0
     detail: str = ""
+    parts: dict[str, str] = field(default_factory=dict)  # e.g. one result per ACPI variant
 
 
 @dataclass
@@ -133,12 +143,15 @@ class SuiteRun:
 
         modules = {kernel.release: _module_file(chroot, kernel) for kernel in (first, upgrade)}
         self.cell(first_row, "qemu", lambda: self._boot(chroot, first, modules, foreign=upgrade))
+        self.cell(first_row, "acpi", lambda: self._boot_acpi(chroot, first, modules))
         if upgrade.release.split("-")[0] != first.release.split("-")[0]:
             self.cell(
                 upgrade_row, "qemu", lambda: self._boot(chroot, upgrade, modules, foreign=first)
             )
+            self.cell(upgrade_row, "acpi", lambda: self._boot_acpi(chroot, upgrade, modules))
         else:
-            upgrade_row.cells["qemu"] = Cell("n/a", detail="same kernel version as above")
+            for column in ("qemu", "acpi"):
+                upgrade_row.cells[column] = Cell("n/a", detail="same kernel version as above")
 
         self.cell(first_row, "foreign-skip", lambda: self._foreign(chroot))
         self.cell(
@@ -238,6 +251,47 @@ class SuiteRun:
             "ok",
             detail=f"insmod, probe, rmmod, {qemu.CYCLES} cycles, "
             "foreign module refused, no kernel fault",
+        )
+
+    def _boot_acpi(self, chroot: Chroot, kernel: Kernel, modules: dict[str, Path | None]) -> Cell:
+        """UEFI + ACPI boots with each SSDT variant: complete or with one part missing."""
+        module = modules.get(kernel.release)
+        if module is None:
+            return Cell("skipped", detail="no module was built for this kernel")
+        image = qemu.kernel_image(chroot, kernel.release)
+        busybox = qemu.busybox(chroot)
+        parts: dict[str, str] = {}
+        failures = []
+        with acpi.scratch_directory() as scratch:
+            for variant in acpi.VARIANTS:
+                table = acpi.compile_table(variant, Path(scratch))
+                result = qemu.boot(
+                    image,
+                    module,
+                    busybox,
+                    None,
+                    kernel.release,
+                    cycles=3,
+                    acpi_table=table,
+                    timeout=300,
+                )
+                self.log(f"acpi {variant.name} {kernel.release}", result.console)
+                problems = acpi.problems(variant, result)
+                lines = [line for line in acpi.probe_lines(result) if variant.expect in line]
+                parts[variant.name] = (
+                    "; ".join(problems)
+                    if problems
+                    else ("ok: " + (lines[0].split("] ", 1)[-1] if lines else variant.expect))
+                )
+                if problems:
+                    failures.append(f"{variant.name}: {problems[0]}")
+        if failures:
+            return Cell("failed", detail="; ".join(failures[:2]), parts=parts)
+        return Cell(
+            "ok",
+            detail=f"{len(parts)} ACPI descriptions: incomplete ones fail "
+            "cleanly, the complete one probes to the version check",
+            parts=parts,
         )
 
     def _foreign(self, chroot: Chroot) -> Cell:

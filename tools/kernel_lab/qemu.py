@@ -37,23 +37,27 @@ NPU_DT_NODE = """
 	};
 """
 
-INIT_SCRIPT = f"""#!/bin/busybox sh
+
+def init_script(cycles: int = CYCLES) -> str:
+    return f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 echo "LAB: booted $(uname -r)"
+[ -d /sys/bus/acpi/devices/CIXH4000:00 ] && echo "LAB: acpi device CIXH4000:00 present"
 if insmod /aipu.ko; then echo "LAB: insmod ok"; else echo "LAB: insmod failed"; fi
+[ -e /sys/bus/platform/drivers/armchina/CIXH4000:00 ] && echo "LAB: bound CIXH4000:00"
 [ -d /sys/bus/platform/drivers/armchina ] && echo "LAB: driver armchina registered"
 [ -c /dev/aipu ] && echo "LAB: device node present"
 if rmmod aipu; then echo "LAB: rmmod ok"; else echo "LAB: rmmod failed"; fi
 ok=0
 i=0
-while [ $i -lt {CYCLES} ]; do
+while [ $i -lt {cycles} ]; do
 	insmod /aipu.ko && rmmod aipu && ok=$((ok + 1))
 	i=$((i + 1))
 done
-echo "LAB: cycles $ok/{CYCLES}"
+echo "LAB: cycles $ok/{cycles}"
 if [ -f /foreign.ko ]; then
 	if insmod /foreign.ko; then echo "LAB: foreign insmod accepted"; rmmod aipu
 	else echo "LAB: foreign insmod refused"; fi
@@ -70,6 +74,7 @@ class BootResult:
     kernel: str
     seconds: float
     console: str
+    cycles: int = CYCLES
     facts: dict[str, str] = field(default_factory=dict)
 
     def marker(self, text: str) -> bool:
@@ -92,7 +97,7 @@ class BootResult:
             "insmod ok",
             "driver armchina registered",
             "rmmod ok",
-            f"cycles {CYCLES}/{CYCLES}",
+            f"cycles {self.cycles}/{self.cycles}",
         ):
             if not self.marker(marker):
                 found.append(f"missing '{marker}'")
@@ -175,28 +180,58 @@ def busybox(chroot: Chroot) -> Path:
 
 
 def initramfs(
-    directory: Path, busybox_binary: Path, module: Path, foreign_module: Path | None
+    directory: Path,
+    busybox_binary: Path,
+    module: Path,
+    foreign_module: Path | None,
+    cycles: int = CYCLES,
+    acpi_tables: list[Path] = (),
 ) -> Path:
+    """The guest's initrd: ACPI table upgrades first (an uncompressed cpio the kernel reads
+    early, CONFIG_ACPI_TABLE_UPGRADE), then the busybox initramfs."""
     root = directory / "initramfs"
     for sub in ("bin", "proc", "sys", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(busybox_binary, root / "bin" / "busybox")
     (root / "bin" / "busybox").chmod(0o755)
-    (root / "init").write_text(INIT_SCRIPT, encoding="utf-8")
+    (root / "init").write_text(init_script(cycles), encoding="utf-8")
     (root / "init").chmod(0o755)
     shutil.copyfile(module, root / "aipu.ko")
     if foreign_module is not None:
         shutil.copyfile(foreign_module, root / "foreign.ko")
     archive = directory / "initramfs.cpio"
+    _cpio(root, archive)
+    if not acpi_tables:
+        return archive
+    tables = directory / "acpi-tables"
+    (tables / "kernel" / "firmware" / "acpi").mkdir(parents=True)
+    for table in acpi_tables:
+        shutil.copyfile(table, tables / "kernel" / "firmware" / "acpi" / table.name)
+    combined = directory / "initrd-with-acpi.cpio"
+    _cpio(tables, combined)
+    with combined.open("ab") as out:
+        out.write(archive.read_bytes())
+    return combined
+
+
+def _cpio(root: Path, archive: Path) -> None:
     subprocess.run(
         f"cd '{root}' && find . | cpio -o -H newc --quiet > '{archive}'", shell=True, check=True
     )
-    return archive
+
+
+UEFI_FIRMWARE = Path("/usr/share/qemu-efi-aarch64/QEMU_EFI.fd")
 
 
 def _qemu_command(
-    image: Path, initrd: Path | None, dtb: Path | None, extra: list[str]
+    image: Path, initrd: Path | None, dtb: Path | None, extra: list[str], *, acpi: bool = False
 ) -> list[str]:
+    # An Oops panics and the panic ends QEMU (-no-reboot) instead of hanging the guest.
+    append = "console=ttyAMA0 panic=-1 oops=panic loglevel=3 rdinit=/init"
+    firmware: list[str] = []
+    if acpi:
+        append += " acpi=force"
+        firmware = ["-bios", str(UEFI_FIRMWARE)]
     command = [
         "qemu-system-aarch64",
         "-M",
@@ -211,10 +246,11 @@ def _qemu_command(
         "-no-reboot",
         "-nic",
         "none",
+        *firmware,
         "-kernel",
         str(image),
         "-append",
-        "console=ttyAMA0 panic=-1 loglevel=3 rdinit=/init",
+        append,
     ]
     if initrd is not None:
         command += ["-initrd", str(initrd)]
@@ -254,18 +290,28 @@ def boot(
     busybox_binary: Path,
     foreign_module: Path | None,
     release: str,
+    *,
+    cycles: int = CYCLES,
+    acpi_table: Path | None = None,
     timeout: float = 600,
 ) -> BootResult:
+    """Boot with QEMU's device tree plus the NPU node, or, given an SSDT, with UEFI
+    firmware and ACPI (how the Orange Pi 6 Plus boots) plus that table."""
     require_tool("qemu-system-aarch64")
     require_tool("cpio")
     with tempfile.TemporaryDirectory(prefix="lab-qemu-") as scratch:
         directory = Path(scratch)
-        initrd = initramfs(directory, busybox_binary, module, foreign_module)
-        dtb = device_tree(directory, image)
+        tables = [acpi_table] if acpi_table else []
+        initrd = initramfs(directory, busybox_binary, module, foreign_module, cycles, tables)
+        if acpi_table is None:
+            command = _qemu_command(image, initrd, device_tree(directory, image), [])
+        else:
+            require_tool("iasl")
+            command = _qemu_command(image, initrd, None, [], acpi=True)
         started = time.monotonic()
         try:
             result = subprocess.run(
-                _qemu_command(image, initrd, dtb, []),
+                command,
                 capture_output=True,
                 text=True,
                 errors="replace",
@@ -276,4 +322,4 @@ def boot(
             console = result.stdout + result.stderr
         except subprocess.TimeoutExpired as expired:
             console = (expired.stdout or b"").decode(errors="replace") + "\nLAB: timeout"
-        return BootResult(release, time.monotonic() - started, console)
+        return BootResult(release, time.monotonic() - started, console, cycles)
