@@ -2,7 +2,8 @@
 arm64 kernels. Install with apt (DKMS builds; dkms status, modinfo version and vermagic are
 checked), kernel upgrade (the headers' hook rebuilds), a foreign amd64 kernel (skipped, apt
 succeeds), package upgrade, purge (nothing left), QEMU boot with the DKMS-built module, and
-a -Werror kbuild. The full matrix is 'make check-kernels'."""
+a -Werror kbuild, and UEFI/ACPI boots with complete and incomplete descriptions of the NPU.
+The full matrix is 'make check-kernels'."""
 
 import pytest
 
@@ -53,6 +54,7 @@ def _cell(run, role, column):
         ("upgrade", "autoinstall"),
         ("upgrade", "warnings"),
         ("installed", "qemu"),
+        ("installed", "acpi"),
         ("installed", "foreign-skip"),
         ("installed", "package-upgrade"),
         ("installed", "purge"),
@@ -73,3 +75,18 @@ def test_the_upgrade_is_another_kernel(suite_run):
     kernels = [row.kernel for row in suite_run.rows]
     assert len(set(kernels)) == 2
     assert all(kernel.endswith("arm64") for kernel in kernels)
+
+
+def test_every_acpi_description_behaves(suite_run):
+    parts = _cell(suite_run, "installed", "acpi").parts
+    assert set(parts) == {
+        "full",
+        "no-power-domains",
+        "no-irq",
+        "no-memory",
+        "no-core-mask",
+        "mask-exceeds-domains",
+    }
+    assert all(result.startswith("ok: ") for result in parts.values()), parts
+    assert "firmware description incomplete" in parts["no-power-domains"]
+    assert "unidentified hardware version" in parts["full"]
