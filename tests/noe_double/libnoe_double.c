@@ -15,7 +15,8 @@
  *
  * Environment: NOE_DOUBLE_DEVICE (default /dev/aipu) must exist and be read-writable or
  * noe_init_context fails with 3; NOE_DOUBLE_FAIL="init=3,load=9,infer@2=0x23,..." makes the
- * named call (optionally only its Nth call) return that status; NOE_DOUBLE_TRACE=file records
+ * named call (optionally only its Nth call) return that status, or never return for "hang"
+ * (an NPU that stops answering); NOE_DOUBLE_TRACE=file records
  * every call; NOE_DOUBLE_KMD sets the driver version the ioctl reports.
  */
 #include <signal.h>
@@ -134,6 +135,9 @@ static noe_status_t injected(const char *name, unsigned nth)
 			continue;
 		if (at && at < eq && (unsigned)strtoul(at + 1, NULL, 10) != nth)
 			continue;
+		if (!strcmp(eq + 1, "hang"))
+			for (;;)
+				pause();
 		return (noe_status_t)strtoul(eq + 1, NULL, 0);
 	}
 	return 0;

@@ -60,8 +60,9 @@ def cli(context: click.Context, library: Path, models_dir: Path | None, timeout_
 
 # Subcommand groups are registered here; each lives in its own module.
 def _register() -> None:
-    from .commands import bench, models, run
+    from .commands import bench, doctor, models, run
 
+    cli.add_command(doctor.doctor)
     cli.add_command(models.models)
     cli.add_command(run.run)
     cli.add_command(bench.bench)

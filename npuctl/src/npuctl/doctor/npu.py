@@ -1,0 +1,274 @@
+"""Checks through libnoe: the library, the context, driver and library versions, and the
+models really running on the NPU. libnoe runs in child processes (see npu_probe)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ..models.manifest import Manifest
+from ..models.store import Lock, verify
+from .findings import Finding, Report, Status
+from .host import skip
+
+EXPECTED_TARGET = "X2_1204MP3"
+EXPECTED_TOPOLOGY = {"partitions": 1, "clusters": 1, "cores": 3}
+# Raw inference reported for the board (200 runs); a run far slower than this is suspicious.
+REPORTED_MS = {"clip-text": 15.5, "clip-visual": 14.1, "yolov8n": 15.1}
+SLOW_FACTOR = 3.0
+
+
+def _child(args: list[str], timeout: float) -> tuple[dict | None, str]:
+    """The child's JSON answer, or None and what went wrong."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "npuctl.doctor.npu_probe", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"did not finish in {timeout:.0f} s (hung)"
+    if result.returncode < 0:
+        return None, f"crashed ({signal.Signals(-result.returncode).name})"
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return None, (result.stderr.strip().splitlines() or ["no answer"])[-1]
+    return json.loads(lines[-1]), ""
+
+
+def check_library(library: Path, report: Report, timeout: float) -> bool:
+    area = "libnoe"
+    if not library.exists():
+        report.add(
+            Finding(
+                "libnoe.found",
+                area,
+                Status.FAIL,
+                f"libnoe: {library} not found",
+                "CIX's user-mode driver package cix-noe-umd provides it.",
+                fix="sudo npuctl provision --umd-deb cix-noe-umd_2.0.2_arm64.deb",
+            )
+        )
+        return False
+    answer, problem = _child(["library", str(library)], timeout)
+    if answer is None:
+        report.add(
+            Finding("libnoe.context", area, Status.FAIL, f"libnoe: opening the NPU {problem}")
+        )
+        return False
+    if answer.get("stage") == "load":
+        report.add(Finding("libnoe.loadable", area, Status.FAIL, f"libnoe: {answer.get('error')}"))
+        return False
+    if answer.get("stage") == "context":
+        fix = None
+        if answer.get("status") == 3:
+            fix = "npuctl doctor --quick   # fix the module and /dev/aipu findings above first"
+        report.add(
+            Finding("libnoe.context", area, Status.FAIL, f"libnoe: {answer.get('error')}", fix=fix)
+        )
+        return False
+    topology, target = answer["topology"], answer["target"]
+    versions = answer["versions"]
+    report.facts.update({"npu": topology, "target": target, "versions": versions})
+    status = (
+        Status.OK if topology == EXPECTED_TOPOLOGY and target == EXPECTED_TARGET else (Status.WARN)
+    )
+    report.add(
+        Finding(
+            "libnoe.context",
+            area,
+            status,
+            f"libnoe {versions['umd']}: context open, target {target}, "
+            f"{topology['partitions']} partition, {topology['clusters']} cluster, "
+            f"{topology['cores']} cores",
+            ""
+            if status == Status.OK
+            else f"Expected {EXPECTED_TARGET} with 1/1/3 on the Orange Pi 6 Plus.",
+        )
+    )
+    check_versions(versions, report)
+    return True
+
+
+def check_versions(versions: dict[str, str], report: Report) -> None:
+    umd, kmd = versions.get("umd", ""), versions.get("kmd", "")
+    if not kmd:
+        report.add(
+            Finding(
+                "versions",
+                "driver-version",
+                Status.FAIL,
+                f"Driver version: the kernel driver reports none (libnoe {umd})",
+                "It was built without KMD_VERSION, as upstream's Makefile does: "
+                "an old build (cix-npu-driver?) is loaded.",
+                fix="sudo apt install ./aipu-dkms_<version>_all.deb && sudo "
+                "modprobe -r aipu && sudo modprobe aipu",
+            )
+        )
+        return
+    if umd.startswith("0.5."):
+        report.add(
+            Finding(
+                "versions",
+                "driver-version",
+                Status.FAIL,
+                f"Driver {kmd} with libnoe {umd}: job descriptors do not match",
+                "libnoe 0.5 schedules jobs with the layout before upstream commit "
+                "4dd4594; this driver has the newer one.",
+                fix="install cix-noe-umd 2.0.2 (libnoe 0.6.0)",
+            )
+        )
+        return
+    report.add(Finding("versions", "driver-version", Status.OK, f"Driver {kmd}, libnoe {umd}"))
+
+
+def check_models(
+    manifest: Manifest,
+    models_dir: Path,
+    library: Path,
+    report: Report,
+    timeout: float,
+    timeout_ms: int,
+) -> None:
+    area = "models"
+    lock = Lock.load(models_dir)
+    usable: dict[str, Path] = {}
+    for entry in manifest.models:
+        check = verify(entry, models_dir, lock)
+        if check.state == "missing":
+            report.add(
+                Finding(
+                    f"models.{entry.name}",
+                    area,
+                    Status.WARN,
+                    f"Model {entry.name}: not downloaded",
+                    fix=f"npuctl models fetch {entry.name}",
+                )
+            )
+            continue
+        if check.state in ("invalid", "mismatch"):
+            report.add(
+                Finding(
+                    f"models.{entry.name}",
+                    area,
+                    Status.FAIL,
+                    f"Model {entry.name}: {check.detail}",
+                    fix=f"rm {check.path} && npuctl models fetch {entry.name}",
+                )
+            )
+            continue
+        answer, problem = _child(
+            ["model", str(library), entry.name, str(check.path), str(timeout_ms)], timeout
+        )
+        pinned = "" if check.ok else " (unpinned: no checksum to compare)"
+        if answer is None:
+            hung = "hung" in problem
+            report.add(
+                Finding(
+                    f"models.{entry.name}",
+                    area,
+                    Status.FAIL,
+                    f"Model {entry.name}: {'inference' if hung else 'loading'} {problem}",
+                    "Two inferences back to back never finishing is the known second-inference "
+                    "hang of old drivers."
+                    if hung
+                    else "The file may be malformed.",
+                    fix="sudo apt install ./aipu-dkms_<version>_all.deb"
+                    if hung
+                    else f"rm {check.path} && npuctl models fetch {entry.name}",
+                )
+            )
+            continue
+        if "error" in answer:
+            stage = answer.get("stage", "")
+            second = stage == "inference 2"
+            report.add(
+                Finding(
+                    f"models.{entry.name}",
+                    area,
+                    Status.FAIL,
+                    f"Model {entry.name}: {stage} failed: {answer['error']}",
+                    "The first inference worked and the second did not: the known second-"
+                    "inference hang (fixed by aipu-dkms's patch 0009)."
+                    if second
+                    else "",
+                    fix="sudo apt install ./aipu-dkms_<version>_all.deb" if second else None,
+                )
+            )
+            continue
+        problems = [
+            label
+            for key, label in (
+                ("finite", "outputs not finite"),
+                ("deterministic", "same input, different output"),
+                ("input_sensitive", "output ignores the input"),
+            )
+            if not answer[key]
+        ]
+        ms = answer["milliseconds"]
+        timing = f"inferences {ms[0]:.1f} / {ms[1]:.1f} ms"
+        if problems:
+            report.add(
+                Finding(
+                    f"models.{entry.name}",
+                    area,
+                    Status.FAIL,
+                    f"Model {entry.name}: {', '.join(problems)}",
+                    timing,
+                )
+            )
+            continue
+        reported = REPORTED_MS.get(entry.name)
+        slow = reported is not None and min(ms[1:]) > SLOW_FACTOR * reported
+        report.add(
+            Finding(
+                f"models.{entry.name}",
+                area,
+                Status.WARN if slow or pinned else Status.OK,
+                f"Model {entry.name}: two inferences ok, {timing}{pinned}",
+                f"Reported for the board: {reported} ms; this run is far slower "
+                "(runtime power management? frequency?)"
+                if slow
+                else "",
+            )
+        )
+        usable[entry.name] = check.path
+    vocab = models_dir / manifest.get("clip-bpe-vocab").file
+    if {"clip-text", "clip-visual"} <= set(usable) and vocab.exists():
+        answer, problem = _child(
+            [
+                "clip-sanity",
+                str(library),
+                str(usable["clip-text"]),
+                str(usable["clip-visual"]),
+                str(vocab),
+            ],
+            timeout,
+        )
+        if answer is None or not answer.get("agrees"):
+            report.add(
+                Finding(
+                    "models.clip-sanity",
+                    area,
+                    Status.WARN,
+                    "CLIP: a drawn red circle does not match 'a red circle' best "
+                    f"{problem}".rstrip(),
+                    json.dumps(answer) if answer else "",
+                )
+            )
+        else:
+            report.add(
+                Finding(
+                    "models.clip-sanity",
+                    area,
+                    Status.OK,
+                    "CLIP: text and image encoders agree on a drawn red circle",
+                )
+            )
+    elif not usable:
+        skip(report, "models.clip-sanity", area, "CLIP text-image check", "no usable models")

@@ -1,0 +1,278 @@
+"""npuctl doctor scenario tests, through the CLI: a board image (files and stand-in
+commands) and the libnoe test double; each scenario breaks one thing."""
+
+import json
+import os
+import tarfile
+
+import pytest
+
+from npuctl.models.manifest import load_manifest
+from npuctl.models.store import Lock, sha256_of
+
+from .board_image import RELEASE, USER, VERSION, BoardImage
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="board images need root (device nodes, ownership)"
+)
+
+
+@pytest.fixture
+def image(tmp_path):
+    return BoardImage(tmp_path / "root")
+
+
+@pytest.fixture
+def models(board):
+    """The three hub models as the double understands them, pinned in the lock file."""
+    board.clip_text()
+    board.clip_visual()
+    board.model("yolov8n.cix", ["U8 1228800 255.0 0"], ["F16 1411200 1.0 0"])
+    manifest = load_manifest()
+    lock = Lock.load(board.models)
+    for model in manifest.models:
+        path = board.models / model.file
+        lock.record(model, sha256_of(path), path.stat().st_size)
+    return board.models
+
+
+def doctor(board, image, *args, identity=USER, env=None):
+    extra = {
+        "NPUCTL_ROOT": str(image.root),
+        "NPUCTL_IDENTITY": identity,
+        "NOE_DOUBLE_DEVICE": str(image.root / "dev/aipu"),
+        **(env or {}),
+    }
+    result = board.npuctl("doctor", "--json", *args, extra_env=extra)
+    assert "Traceback" not in result.stderr, result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == "npuctl-doctor/1"
+    assert document["exit_code"] == result.returncode
+    return result.returncode, {check["id"]: check for check in document["checks"]}
+
+
+def failures(checks):
+    return {key: check for key, check in checks.items() if check["status"] == "failure"}
+
+
+def test_healthy_board(board, image, models):
+    code, checks = doctor(board, image)
+    assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
+    assert checks["libnoe.context"]["summary"].startswith(
+        "libnoe 0.6.0: context open, target X2_1204MP3"
+    )
+    assert checks["versions"]["summary"] == "Driver 5.11.0, libnoe 0.6.0"
+    for name in ("clip-text", "clip-visual", "yolov8n"):
+        assert "two inferences ok" in checks[f"models.{name}"]["summary"]
+
+
+def test_human_output_has_a_line_per_check_and_a_summary(board, image, models):
+    result = board.npuctl(
+        "doctor",
+        extra_env={
+            "NPUCTL_ROOT": str(image.root),
+            "NPUCTL_IDENTITY": USER,
+            "NOE_DOUBLE_DEVICE": str(image.root / "dev/aipu"),
+        },
+    )
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("[✓] Platform: arm64, Orange Pi 6 Plus")
+    assert lines[-1].startswith("Summary: the NPU stack is healthy")
+
+
+def test_no_headers(board, image):
+    image.remove(f"lib/modules/{RELEASE}/build")
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert checks["kernel.headers"]["fix"] == f"sudo apt install linux-headers-{RELEASE}"
+    assert checks["dkms.installed"]["status"] == "skipped"
+    assert "no headers" in checks["dkms.installed"]["summary"]
+
+
+def test_dkms_build_failed_shows_the_first_error(board, image):
+    image.dkms_status(f"aipu/{VERSION}: added")
+    image.write(
+        f"var/lib/dkms/aipu/{VERSION}/build/make.log",
+        "make -C ...\nsky1.c:81:16: error: implicit declaration of function "
+        "'scmi_device_get_freq'\nmake: *** Error 2",
+    )
+    code, checks = doctor(board, image)
+    assert code == 11
+    finding = checks["dkms.installed"]
+    assert "is absent for the running kernel" in finding["summary"]
+    assert "scmi_device_get_freq" in finding["detail"]
+    assert finding["fix"] == f"sudo dkms install aipu/{VERSION} -k {RELEASE}"
+
+
+def test_module_built_but_not_loaded(board, image):
+    image.remove("sys/module/aipu")
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert checks["module.loaded"]["fix"] == "sudo modprobe aipu"
+    assert checks["device.node"]["status"] == "skipped"
+
+
+def test_stale_module_from_another_kernel(board, image):
+    image.modinfo(f"/lib/modules/{RELEASE}/extra/aipu.ko", "6.6.89-cix")
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "built for 6.6.89-cix" in checks["module.file"]["summary"]
+    assert checks["module.file"]["fix"].startswith("sudo rm /lib/modules/")
+
+
+def test_device_root_only(board, image):
+    image.device(0o600, gid=0)
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "cannot open it" in checks["device.access"]["summary"]
+    assert checks["device.access"]["fix"] == "sudo usermod -aG root opi"
+
+
+def test_user_not_in_the_group(board, image):
+    code, checks = doctor(board, image, identity="1000:1000:opi")
+    assert code == 11
+    assert checks["device.access"]["fix"] == "sudo usermod -aG render opi"
+
+
+def test_world_writable_device(board, image):
+    image.device(0o666)
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "world-writable" in checks["device.node"]["summary"]
+
+
+def test_libnoe_missing(board, image, tmp_path):
+    result = board.npuctl(
+        "--library",
+        str(tmp_path / "nowhere/libnoe.so"),
+        "doctor",
+        "--json",
+        extra_env={"NPUCTL_ROOT": str(image.root), "NPUCTL_IDENTITY": USER},
+    )
+    assert result.returncode == 11
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert "--umd-deb" in checks["libnoe.found"]["fix"]
+
+
+def test_context_cannot_open_the_device(board, image):
+    code, checks = doctor(board, image, env={"NOE_DOUBLE_FAIL": "init=3"})
+    assert code == 11
+    assert "OPEN_DEV_FAIL" in checks["libnoe.context"]["summary"]
+
+
+def test_model_is_an_lfs_pointer(board, image, models):
+    (models / "clip_txt.cix").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 74000000\n"
+    )
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "Git LFS pointer" in checks["models.clip-text"]["summary"]
+
+
+def test_model_load_crashes(board, image, models):
+    (models / "yolov8n.cix").write_bytes(b"\x7fELF but not a graph")
+    Lock.load(models).record(load_manifest().get("yolov8n"), sha256_of(models / "yolov8n.cix"), 20)
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "crashed (SIGSEGV)" in checks["models.yolov8n"]["summary"]
+    assert checks["models.clip-text"]["status"] == "ok"  # one bad model spoils no other
+
+
+def test_second_inference_times_out(board, image, models):
+    code, checks = doctor(board, image, "--quick", env={})
+    assert checks["models"]["status"] == "skipped"
+    code, checks = doctor(board, image, env={"NOE_DOUBLE_FAIL": "infer@2=0x23"})
+    assert code == 11
+    finding = checks["models.clip-text"]
+    assert "inference 2 failed" in finding["summary"] and "TIMEOUT" in finding["summary"]
+    assert "second-inference hang" in finding["detail"]
+
+
+def test_hung_inference_is_reported_and_doctor_finishes(board, image, models):
+    code, checks = doctor(
+        board, image, env={"NOE_DOUBLE_FAIL": "infer@2=hang", "NPUCTL_DOCTOR_CHILD_TIMEOUT": "5"}
+    )
+    assert code == 11
+    assert "hung" in checks["models.clip-text"]["summary"]
+
+
+def test_secure_boot_without_enrolled_key(board, image):
+    image.secure_boot(enabled=True, enrolled=False)
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert checks["secureboot"]["fix"] == "sudo mokutil --import /var/lib/dkms/mok.pub"
+
+
+def test_firmware_description_incomplete(board, image):
+    image.remove("sys/bus/platform/drivers/armchina/CIXH4000:00")
+    image.dmesg(
+        "[    3.3] armchina CIXH4000:00: firmware description incomplete: 0 of 3 NPU "
+        "core power domains (CRE* devices); check the BIOS version"
+    )
+    code, checks = doctor(board, image)
+    assert code == 11
+    finding = checks["module.bound"]
+    assert "0 of 3 NPU core power domains" in finding["detail"]
+    assert "BIOS" in finding["detail"] and "bios_version" in finding["fix"]
+
+
+def test_missing_commands_are_findings_not_crashes(board, image):
+    for command in ("dkms", "mokutil", "dmesg"):
+        image.remove(f"usr/bin/{command}")
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert checks["dkms.registered"]["summary"] == "DKMS is not installed"
+    assert checks["secureboot"]["status"] == "skipped"
+
+
+def test_unreadable_proc_entry(board, image):
+    image.remove("proc/sys/kernel/osrelease")
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "cannot read its release" in checks["kernel.headers"]["summary"]
+    assert checks["dkms.installed"]["status"] == "skipped"
+
+
+def test_runtime_pm_auto_is_a_warning(board, image, models):
+    image.write("sys/bus/platform/devices/CIXH4000:00/power/control", "auto")
+    code, checks = doctor(board, image)
+    assert code == 10
+    assert checks["module.runtime-pm"]["fix"] == "sudo npuctl provision --only runtime-pm"
+
+
+def test_bundle_holds_the_report_and_nothing_private(board, image, tmp_path):
+    image.dkms_status(f"aipu/{VERSION}: added")
+    image.write(f"var/lib/dkms/aipu/{VERSION}/build/make.log", "error: opi broke it")
+    bundle = tmp_path / "out" / "support.tar.gz"
+    doctor(board, image, "--bundle", str(bundle))
+    with tarfile.open(bundle) as archive:
+        names = archive.getnames()
+        texts = {name: archive.extractfile(name).read().decode() for name in names}
+    assert {
+        "npuctl-doctor/doctor.json",
+        "npuctl-doctor/dkms-status.txt",
+        "npuctl-doctor/kernel-log.txt",
+        "npuctl-doctor/versions.txt",
+    } <= set(names)
+    assert any("make.log" in name for name in names)
+    assert not any("opi" in text for text in texts.values())
+    assert list(bundle.parent.iterdir()) == [bundle]
+
+
+def test_this_machine_is_not_a_board(board):
+    result = board.npuctl("doctor")
+    assert result.returncode == 11
+    assert "not arm64" in result.stdout or "no CIXH4000" in result.stdout
+    assert result.stderr == ""
+
+
+def test_a_model_whose_output_ignores_its_input(board, image, models, tmp_path):
+    canned = tmp_path / "canned.bin"
+    canned.write_bytes(bytes(1411200))
+    board.model("yolov8n.cix", ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {canned}"])
+    manifest = load_manifest()
+    Lock.load(models).record(manifest.get("yolov8n"), sha256_of(models / "yolov8n.cix"), 1)
+    code, checks = doctor(board, image)
+    assert code == 11
+    assert "output ignores the input" in checks["models.yolov8n"]["summary"]
