@@ -60,9 +60,10 @@ def cli(context: click.Context, library: Path, models_dir: Path | None, timeout_
 
 # Subcommand groups are registered here; each lives in its own module.
 def _register() -> None:
-    from .commands import bench, doctor, models, run
+    from .commands import bench, doctor, models, provision, run
 
     cli.add_command(doctor.doctor)
+    cli.add_command(provision.provision)
     cli.add_command(models.models)
     cli.add_command(run.run)
     cli.add_command(bench.bench)

@@ -1,0 +1,1 @@
+"""npuctl provision: the board set-up Debian policy keeps out of the packages."""

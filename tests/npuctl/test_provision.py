@@ -1,0 +1,156 @@
+"""npuctl provision against a board image: each action applied, idempotent, dry-run, undo."""
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from .board_image import BoardImage
+from .test_cli_run import one_line_error
+from .test_models import MODEL_BYTES, VOCAB_BYTES, Server
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="board images need root")
+
+
+@pytest.fixture
+def image(tmp_path):
+    image = BoardImage(tmp_path / "root")
+    image.write("sys/bus/platform/devices/CIXH4000:00/power/control", "auto")
+    # gpasswd edits the image's /etc/group; the others record how they were called
+    image.command(
+        "gpasswd",
+        r"""f="$NPUCTL_ROOT/etc/group"
+case "$1" in
+  -a) sed -i "s/^\($3:[^:]*:[^:]*:\)\(.*\)$/\1\2,$2/; s/:,/:/" "$f";;
+  -d) sed -i "s/^\($3:[^:]*:[^:]*:\)\(.*\)$/\1\2/; /^$3:/s/\(:\|,\)$2\(,\|$\)/\1/; s/,$//" "$f";;
+esac""",
+    )
+    for name in ("ldconfig", "apt-get"):
+        image.command(name, f'echo "{name} $*" >> "$NPUCTL_ROOT/fixture/calls"')
+    image.command("dpkg-query", 'cat "$NPUCTL_ROOT/fixture/umd-status" 2>/dev/null || exit 1')
+    image.write("etc/group", "root:x:0:\nrender:x:109:\n")
+    return image
+
+
+@pytest.fixture
+def hub(board, tmp_path):
+    serving = Server({"model.cix": MODEL_BYTES, "vocab.gz": VOCAB_BYTES})
+    manifest = {
+        "schema": 1,
+        "models": {
+            "clip-text": {
+                "file": "clip_txt.cix",
+                "url": serving.url("model.cix"),
+                "sha256": None,
+                "needs": ["clip-bpe-vocab"],
+            }
+        },
+        "assets": {
+            "clip-bpe-vocab": {"file": "bpe.txt.gz", "url": serving.url("vocab.gz"), "sha256": None}
+        },
+    }
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    board.env["NPUCTL_MANIFEST"] = str(path)
+    yield serving
+    serving.close()
+
+
+def provision(board, image, *args):
+    return board.npuctl(
+        "provision", "--user", "opi", *args, extra_env={"NPUCTL_ROOT": str(image.root)}
+    )
+
+
+def calls(image):
+    path = image.root / "fixture" / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_dry_run_changes_nothing(board, image, hub):
+    before = (image.root / "etc/group").read_text()
+    result = provision(board, image, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("[would do]") == 3
+    assert (image.root / "etc/group").read_text() == before
+    assert not (image.root / "etc/udev/rules.d/61-aipu-runtime-pm.rules").exists()
+    assert not list(board.models.iterdir())
+
+
+def test_provision_then_again_then_undo(board, image, hub):
+    first = provision(board, image)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("[done]") == 3
+    assert "render:x:109:opi" in (image.root / "etc/group").read_text()
+    rule = (image.root / "etc/udev/rules.d/61-aipu-runtime-pm.rules").read_text()
+    assert 'KERNEL=="CIXH4000:00"' in rule and 'ATTR{power/control}="on"' in rule
+    control = image.root / "sys/bus/platform/devices/CIXH4000:00/power/control"
+    assert control.read_text().strip() == "on"
+    assert (board.models / "clip_txt.cix").read_bytes() == MODEL_BYTES
+
+    again = provision(board, image)
+    assert again.returncode == 0 and again.stdout.count("[already]") == 3
+
+    undone = provision(board, image, "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.count("[undone]") == 3
+    assert "render:x:109:\n" in (image.root / "etc/group").read_text()
+    assert not (image.root / "etc/udev/rules.d/61-aipu-runtime-pm.rules").exists()
+    assert control.read_text().strip() == "auto"
+    assert not board.models.exists()
+
+
+def test_linker_path_is_an_explicit_action(board, image):
+    result = provision(board, image, "--only", "ld-path")
+    assert result.returncode == 0, result.stderr
+    conf = image.root / "etc/ld.so.conf.d/cix-noe.conf"
+    assert "/usr/share/cix/lib" in conf.read_text()
+    assert calls(image) == ["ldconfig "]
+    provision(board, image, "--only", "ld-path", "--undo")
+    assert not conf.exists()
+
+
+def _vendor_deb(tmp_path):
+    root = tmp_path / "umd"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "usr/share/cix/lib").mkdir(parents=True)
+    (root / "usr/share/cix/lib/libnoe.so").write_text("not really a library")
+    (root / "DEBIAN/control").write_text(
+        "Package: cix-noe-umd\nVersion: 2.0.2\nArchitecture: arm64\nMaintainer: x <x@x>\n"
+        "Description: test stand-in\n"
+    )
+    postinst = root / "DEBIAN/postinst"
+    postinst.write_text(
+        "#!/bin/sh\nset -e\nldconfig\npip3 install /usr/share/cix/pypi/*.whl\n"
+        "python3 -m pip install NOE_Engine\n"
+    )
+    postinst.chmod(0o755)
+    deb = tmp_path / "cix-noe-umd_2.0.2_arm64.deb"
+    subprocess.run(["dpkg-deb", "-b", str(root), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+def test_vendor_umd_is_installed_without_its_pip_postinst(board, image, tmp_path):
+    deb = _vendor_deb(tmp_path)
+    result = provision(board, image, "--only", "umd", "--umd-deb", str(deb))
+    assert result.returncode == 0, result.stderr
+    [call] = calls(image)
+    assert call.startswith("apt-get install -y ")
+    repacked = call.split()[-1]
+    extracted = tmp_path / "x"
+    subprocess.run(["dpkg-deb", "-e", repacked, str(extracted)], check=True)
+    postinst = (extracted / "postinst").read_text()
+    assert "ldconfig" in postinst
+    assert not [
+        line
+        for line in postinst.splitlines()
+        if "pip" in line and not line.startswith(": # removed")
+    ]
+
+
+def test_not_a_vendor_deb(board, image, tmp_path):
+    bogus = tmp_path / "bogus.deb"
+    bogus.write_text("no")
+    result = provision(board, image, "--only", "umd", "--umd-deb", str(bogus))
+    assert "not a Debian package" in one_line_error(result, 3)
