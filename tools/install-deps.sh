@@ -15,7 +15,7 @@ packages=(
 	gcc-aarch64-linux-gnu                      # cross builds against arm64 headers
 	shellcheck                                 # lint
 	gcc                                        # the libnoe test double
-	qemu-system-arm device-tree-compiler cpio  # boots the kernels of the kernel matrix
+	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio  # kernel boots
 )
 
 missing=()

@@ -17,7 +17,7 @@
  * noe_init_context fails with 3; NOE_DOUBLE_FAIL="init=3,load=9,infer@2=0x23,..." makes the
  * named call (optionally only its Nth call) return that status, or never return for "hang"
  * (an NPU that stops answering); NOE_DOUBLE_TRACE=file records
- * every call; NOE_DOUBLE_KMD sets the driver version the ioctl reports.
+ * every call; NOE_DOUBLE_KMD and NOE_DOUBLE_UMD set the versions the ioctl reports.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -572,7 +572,11 @@ noe_status_t noe_ioctl(context_handler_t *ctx, uint32_t dev, uint32_t cmd, void 
 		return 2;
 	if (dev != 1 || cmd != 270)
 		return 0x13;
-	memcpy(v->umd_version, "0.6.0", 5);
+	const char *umd = getenv("NOE_DOUBLE_UMD");
+
+	if (!umd)
+		umd = "0.6.0";
+	memcpy(v->umd_version, umd, strlen(umd) < 16 ? strlen(umd) : 16);
 	if (!kmd)
 		kmd = "5.11.0";
 	memcpy(v->kmd_version, kmd, strlen(kmd) < 16 ? strlen(kmd) : 16);

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from ..models.manifest import Manifest
 from ..models.store import Lock, verify
 from .findings import Finding, Report, Status
@@ -111,7 +113,7 @@ def check_versions(versions: dict[str, str], report: Report) -> None:
             )
         )
         return
-    if umd.startswith("0.5."):
+    if _older_than(umd, "0.6"):
         report.add(
             Finding(
                 "versions",
@@ -125,6 +127,13 @@ def check_versions(versions: dict[str, str], report: Report) -> None:
         )
         return
     report.add(Finding("versions", "driver-version", Status.OK, f"Driver {kmd}, libnoe {umd}"))
+
+
+def _older_than(version: str, minimum: str) -> bool:
+    try:
+        return Version(version) < Version(minimum)
+    except InvalidVersion:
+        return False
 
 
 def check_models(
