@@ -4,10 +4,10 @@ manifest from provision/ and debian/ rendered from npuctl/debian/."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 import tomllib
 from pathlib import Path
 
+from .atomic import replaced_directory
 from .config import REPO_ROOT, Config
 from .errors import BuildError, ExitCode
 from .package import dpkg_buildpackage
@@ -42,9 +42,7 @@ def _context(config: Config, version: str) -> dict[str, object]:
 def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
     version = npuctl_version()
     destination = build_dir / f"npuctl-{version}"
-    staging = Path(tempfile.mkdtemp(prefix=".npuctl-", dir=build_dir))
-    try:
-        tree = staging / destination.name
+    with replaced_directory(destination) as tree:
         shutil.copytree(
             NPUCTL,
             tree,
@@ -52,11 +50,6 @@ def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
             ignore=shutil.ignore_patterns("debian", "__pycache__", "*.egg-info", "build"),
         )
         render_tree(NPUCTL / "debian", tree / "debian", _context(config, version))
-        if destination.exists():
-            shutil.rmtree(destination)
-        tree.rename(destination)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return destination
 
 

@@ -15,10 +15,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from .atomic import replaced_directory, write_atomically
 from .config import REPO_ROOT, Config
 from .errors import BuildError, ExitCode
 from .patching import PATCHES_DIR, series
-from .render import DKMS_TEMPLATE, render_file, render_tree, template_context, write_atomically
+from .render import DKMS_TEMPLATE, render_file, render_tree, template_context
 from .tools import require_tool, run
 
 DEBIAN_TEMPLATES = REPO_ROOT / "debian"
@@ -95,16 +96,9 @@ def source_tree(config: Config, upstream: Path, build_dir: Path) -> Path:
     """``build_dir/<name>-<version>``: pristine upstream plus debian/, replaced atomically."""
     orig_tarball(config, upstream, build_dir)
     destination = build_dir / config.source_dir_name
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=build_dir))
-    try:
-        tree = staging / destination.name
+    with replaced_directory(destination) as tree:
         shutil.copytree(upstream, tree, symlinks=True)
         render_debian_dir(config, upstream, tree / "debian")
-        if destination.exists():
-            shutil.rmtree(destination)
-        tree.rename(destination)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return destination
 
 

@@ -6,9 +6,9 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
+from .atomic import replaced_directory
 from .config import REPO_ROOT
 from .errors import BuildError, ExitCode
 from .tools import last_line, require_tool
@@ -57,16 +57,8 @@ def apply_series(tree: Path, patches_dir: Path = PATCHES_DIR) -> None:
 
 def patched_copy(upstream: Path, destination: Path, patches_dir: Path = PATCHES_DIR) -> Path:
     """Write upstream + series to ``destination`` (replaced atomically; no .pc left)."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
-    try:
-        tree = staging / destination.name
+    with replaced_directory(destination) as tree:
         shutil.copytree(upstream, tree, symlinks=True)
         apply_series(tree, patches_dir)
         shutil.rmtree(tree / ".pc", ignore_errors=True)
-        if destination.exists():
-            shutil.rmtree(destination)
-        tree.rename(destination)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return destination

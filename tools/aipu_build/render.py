@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from .atomic import write_atomically
 from .config import REPO_ROOT, Config
 
 DKMS_TEMPLATE = REPO_ROOT / "dkms" / "dkms.conf.j2"
@@ -113,19 +112,6 @@ def _environment(search_path: Path) -> jinja2.Environment:
 
 def render_file(template: Path, context: dict[str, Any]) -> str:
     return _environment(template.parent).get_template(template.name).render(context)
-
-
-def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        Path(temporary).chmod(mode)
-        Path(temporary).replace(path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_dkms_conf(config: Config, destination: Path) -> None:
