@@ -43,22 +43,30 @@ def _resize(image: Image.Image, width: int, height: int) -> Image.Image:
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="npuctl-resize")
+    # Horizontal pass: rows are independent, so two bands of rows.
     half = image.height // 2
-    bands = [(0, 0, image.width, half), (0, half, image.width, image.height)]
-    parts = list(
-        _pool.map(
-            lambda band: image.crop(band).resize(
-                (width, band[3] - band[1]), Image.Resampling.BICUBIC
-            ),
-            bands,
-        )
-    )
-    horizontal = Image.new(image.mode, (width, image.height))
-    for band, part in zip(bands, parts, strict=True):
-        horizontal.paste(part, (0, band[1]))
+    rows = [(0, 0, image.width, half), (0, half, image.width, image.height)]
+    horizontal = _assemble(image.mode, (width, image.height), rows, list(_pool.map(
+        lambda box: image.crop(box).resize((width, box[3] - box[1]), Image.Resampling.BICUBIC),
+        rows)))
     if height == image.height:
         return horizontal
-    return horizontal.resize((width, height), Image.Resampling.BICUBIC)
+    # Vertical pass: columns are independent, so two bands of columns.
+    middle = width // 2
+    columns = [(0, 0, middle, image.height), (middle, 0, width, image.height)]
+    return _assemble(image.mode, (width, height),
+                     [(box[0], 0, box[2], height) for box in columns], list(_pool.map(
+                         lambda box: horizontal.crop(box).resize((box[2] - box[0], height),
+                                                                 Image.Resampling.BICUBIC),
+                         columns)))
+
+
+def _assemble(mode: str, size: tuple[int, int], boxes: list[tuple[int, int, int, int]],
+              parts: list[Image.Image]) -> Image.Image:
+    whole = Image.new(mode, size)
+    for box, part in zip(boxes, parts, strict=True):
+        whole.paste(part, (box[0], box[1]))
+    return whole
 
 
 def quantized(image: Image.Image, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
@@ -70,7 +78,8 @@ def quantized(image: Image.Image, scale: float, zero_point: int, dtype: np.dtype
     table = np.clip(
         np.rint(levels * np.float32(scale) - np.float32(zero_point)), limits.min, limits.max
     ).astype(dtype)
-    pixels = np.asarray(resize_and_crop(image.convert("RGB")))
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    pixels = np.asarray(resize_and_crop(rgb))
     return np.stack([table[pixels[:, :, channel], channel] for channel in range(3)])
 
 

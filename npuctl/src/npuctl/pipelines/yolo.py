@@ -195,15 +195,14 @@ def nms(
     shifted = boxes[order] + (class_ids[order] * 8192.0)[:, None]
     x1, y1, x2, y2 = (np.ascontiguousarray(column) for column in shifted.T)
     area = (x2 - x1).clip(0) * (y2 - y1).clip(0)
-    remaining = np.arange(len(order))
+    alive = np.ones(len(order), dtype=bool)
     keep = []
-    while remaining.size:
-        best, rest = remaining[0], remaining[1:]
+    while alive.any():
+        best = int(alive.argmax())  # the best remaining box (scores are sorted)
         keep.append(best)
-        inter = (np.minimum(x2[best], x2[rest]) - np.maximum(x1[best], x1[rest])).clip(0) * (
-            np.minimum(y2[best], y2[rest]) - np.maximum(y1[best], y1[rest])
-        ).clip(0)
+        inter = (np.minimum(x2[best], x2) - np.maximum(x1[best], x1)).clip(0) * (
+            np.minimum(y2[best], y2) - np.maximum(y1[best], y1)).clip(0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            overlap = inter / (area[best] + area[rest] - inter)
-        remaining = rest[~(overlap > threshold)]
+            alive &= ~(inter / (area[best] + area - inter) > threshold)
+        alive[best] = False
     return order[np.array(keep, dtype=np.intp)]
