@@ -90,17 +90,23 @@ class BootResult:
     def faults(self) -> list[str]:
         return [line.strip() for line in self.console.splitlines() if KERNEL_FAULTS.search(line)]
 
-    def problems(self, *, expect_foreign_refusal: bool) -> list[str]:
-        """Everything that is not as a clean run must be; empty when all is well."""
-        found = []
-        for marker in (
+    def lifecycle_problems(self) -> list[str]:
+        """insmod, the driver registered, rmmod, every load/unload cycle, no kernel fault."""
+        markers = (
             "insmod ok",
             "driver armchina registered",
             "rmmod ok",
             f"cycles {self.cycles}/{self.cycles}",
-        ):
-            if not self.marker(marker):
-                found.append(f"missing '{marker}'")
+        )
+        found = [f"missing '{marker}'" for marker in markers if not self.marker(marker)]
+        found += [f"kernel fault: {line}" for line in self.faults[:3]]
+        if not self.dmesg:
+            found.append("the guest did not finish (no dmesg dump)")
+        return found
+
+    def problems(self, *, expect_foreign_refusal: bool) -> list[str]:
+        """Everything that is not as a clean device-tree run must be; empty when all is well."""
+        found = self.lifecycle_problems()
         if "sky1_npu_probe" not in self.dmesg:
             found.append("the probe did not run")
         if expect_foreign_refusal:
@@ -108,9 +114,6 @@ class BootResult:
                 found.append("a module built for another kernel was not refused")
             elif not re.search(r"version magic|disagrees about version", self.dmesg):
                 found.append("the refusal was not a version-magic error")
-        found += [f"kernel fault: {line}" for line in self.faults[:3]]
-        if not self.dmesg:
-            found.append("the guest did not finish (no dmesg dump)")
         return found
 
 
