@@ -278,10 +278,13 @@ def test_a_model_whose_output_ignores_its_input(board, image, models, tmp_path):
     assert "output ignores the input" in checks["models.yolov8n"]["summary"]
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({"NOE_DOUBLE_KMD": ""}, "reports none"),
-    ({"NOE_DOUBLE_UMD": "0.5.0"}, "job descriptors do not match"),
-])
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"NOE_DOUBLE_KMD": ""}, "reports none"),
+        ({"NOE_DOUBLE_UMD": "0.5.0"}, "job descriptors do not match"),
+    ],
+)
 def test_known_incompatible_driver_and_library(board, image, env, expected):
     code, checks = doctor(board, image, "--quick", env=env)
     assert code == 11

@@ -3,6 +3,7 @@ crop 224x224, RGB scaled to [0, 1], normalised with CLIP's mean and std, channel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -40,31 +41,45 @@ _pool: ThreadPoolExecutor | None = None
 def _resize(image: Image.Image, width: int, height: int) -> Image.Image:
     if image.height < _PARALLEL_MIN_ROWS or width == image.width:
         return image.resize((width, height), Image.Resampling.BICUBIC)
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="npuctl-resize")
     # Horizontal pass: rows are independent, so two bands of rows.
     half = image.height // 2
-    rows = [(0, 0, image.width, half), (0, half, image.width, image.height)]
-    horizontal = _assemble(image.mode, (width, image.height), rows, list(_pool.map(
-        lambda box: image.crop(box).resize((width, box[3] - box[1]), Image.Resampling.BICUBIC),
-        rows)))
+    horizontal = _in_bands(
+        image,
+        [(0, 0, image.width, half), (0, half, image.width, image.height)],
+        lambda box: (width, box[3] - box[1]),
+        (width, image.height),
+    )
     if height == image.height:
         return horizontal
     # Vertical pass: columns are independent, so two bands of columns.
     middle = width // 2
-    columns = [(0, 0, middle, image.height), (middle, 0, width, image.height)]
-    return _assemble(image.mode, (width, height),
-                     [(box[0], 0, box[2], height) for box in columns], list(_pool.map(
-                         lambda box: horizontal.crop(box).resize((box[2] - box[0], height),
-                                                                 Image.Resampling.BICUBIC),
-                         columns)))
+    return _in_bands(
+        horizontal,
+        [(0, 0, middle, image.height), (middle, 0, width, image.height)],
+        lambda box: (box[2] - box[0], height),
+        (width, height),
+    )
 
 
-def _assemble(mode: str, size: tuple[int, int], boxes: list[tuple[int, int, int, int]],
-              parts: list[Image.Image]) -> Image.Image:
-    whole = Image.new(mode, size)
+Box = tuple[int, int, int, int]
+
+
+def _in_bands(
+    source: Image.Image,
+    boxes: list[Box],
+    band_size: Callable[[Box], tuple[int, int]],
+    size: tuple[int, int],
+) -> Image.Image:
+    """Resize each band of ``source`` in its own thread and put the results side by side."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="npuctl-resize")
+    parts = _pool.map(
+        lambda box: source.crop(box).resize(band_size(box), Image.Resampling.BICUBIC), boxes
+    )
+    whole = Image.new(source.mode, size)
     for box, part in zip(boxes, parts, strict=True):
+        # A pass keeps the other axis: each band lands where it started.
         whole.paste(part, (box[0], box[1]))
     return whole
 

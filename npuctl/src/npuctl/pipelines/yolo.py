@@ -201,7 +201,8 @@ def nms(
         best = int(alive.argmax())  # the best remaining box (scores are sorted)
         keep.append(best)
         inter = (np.minimum(x2[best], x2) - np.maximum(x1[best], x1)).clip(0) * (
-            np.minimum(y2[best], y2) - np.maximum(y1[best], y1)).clip(0)
+            np.minimum(y2[best], y2) - np.maximum(y1[best], y1)
+        ).clip(0)
         with np.errstate(divide="ignore", invalid="ignore"):
             alive &= ~(inter / (area[best] + area - inter) > threshold)
         alive[best] = False
