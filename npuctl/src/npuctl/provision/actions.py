@@ -105,15 +105,17 @@ RULE = (
 
 
 def runtime_pm_action(system: System) -> Action:
+    def set_now(value: str) -> None:  # the rule applies from the next boot; this, at once
+        if system.exists(RUNTIME_PM_CONTROL):
+            system.path(RUNTIME_PM_CONTROL).write_text(f"{value}\n", encoding="utf-8")
+
     def apply() -> None:
         _write(system, RUNTIME_PM_RULE, RULE)
-        if system.exists(RUNTIME_PM_CONTROL):  # also now, without a reboot
-            system.path(RUNTIME_PM_CONTROL).write_text("on\n", encoding="utf-8")
+        set_now("on")
 
     def undo() -> None:
         system.path(RUNTIME_PM_RULE).unlink(missing_ok=True)
-        if system.exists(RUNTIME_PM_CONTROL):
-            system.path(RUNTIME_PM_CONTROL).write_text("auto\n", encoding="utf-8")
+        set_now("auto")
 
     return Action(
         "runtime-pm",
