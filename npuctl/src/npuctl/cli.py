@@ -1,31 +1,82 @@
-"""npuctl's command line."""
+"""npuctl's command line. Only click is imported up front: each command's module, numpy and
+the NPU binding are imported when that command runs, so --help and --version start fast."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
-from dataclasses import dataclass
+import sys
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import __version__
-from .errors import ExitCode, InputError, NpuctlError
-from .inference import DEFAULT_TIMEOUT_MS, Npu
-from .models.manifest import Entry, Manifest, load_manifest
-from .models.store import default_models_dir
-from .noe.abi import DEFAULT_LIBRARY
+from .defaults import DEFAULT_LIBRARY, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
+from .errors import ExitCode, NpuctlError
+
+if TYPE_CHECKING:
+    from .inference import Npu
+    from .models.manifest import Manifest
+
+# name -> (module under npuctl.commands, attribute, one-line help shown by 'npuctl --help')
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "doctor": ("doctor", "doctor", "Check the whole NPU stack and say how to fix what is wrong."),
+    "provision": ("provision", "provision", "Finish the board set-up (needs root)."),
+    "models": ("models", "models", "Manage the models npuctl knows by name."),
+    "run": ("run", "run", "Run a model on the NPU."),
+    "bench": ("bench", "bench", "Time a model's raw inference and its full pipeline."),
+}
 
 
-@dataclass
 class Settings:
-    npu: Npu
-    manifest: Manifest
+    """The global options; the NPU and the manifest are built on first use."""
+
+    def __init__(
+        self, library: Path, models_dir: Path | None, timeout_ms: int, max_image_pixels: int
+    ) -> None:
+        self.library = library
+        self.models_dir_option = models_dir
+        self.timeout_ms = timeout_ms
+        self.max_image_pixels = max_image_pixels
+
+    @cached_property
+    def npu(self) -> Npu:
+        from .inference import Npu
+        from .models.store import default_models_dir
+
+        return Npu(self.library, self.models_dir_option or default_models_dir(), self.timeout_ms)
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        from .models.manifest import load_manifest
+
+        return load_manifest()
 
 
 pass_settings = click.make_pass_decorator(Settings)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Subcommands imported on use; their help line comes from COMMANDS without importing."""
+
+    def list_commands(self, context: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, context: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f"npuctl.commands.{module}"), attribute)
+
+    def format_commands(self, context: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_, _, text) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="npuctl")
 @click.option(
     "--library",
@@ -45,44 +96,41 @@ pass_settings = click.make_pass_decorator(Settings)
 )
 @click.option(
     "--timeout-ms",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_TIMEOUT_MS),
     default=DEFAULT_TIMEOUT_MS,
     show_default=True,
-    help="Timeout of one inference.",
+    help="Timeout of one inference (at most 2147483647, libnoe's int32).",
+)
+@click.option(
+    "--max-image-pixels",
+    type=click.IntRange(1, 2**31 - 1),
+    envvar="NPUCTL_MAX_IMAGE_PIXELS",
+    default=DEFAULT_MAX_IMAGE_PIXELS,
+    show_default=True,
+    help="Refuse larger images before decoding them.",
 )
 @click.pass_context
-def cli(context: click.Context, library: Path, models_dir: Path | None, timeout_ms: int) -> None:
+def cli(
+    context: click.Context,
+    library: Path,
+    models_dir: Path | None,
+    timeout_ms: int,
+    max_image_pixels: int,
+) -> None:
     """Validate, run and benchmark the Zhouyi NPU of the Orange Pi 6 Plus."""
-    context.obj = Settings(
-        Npu(library, models_dir or default_models_dir(), timeout_ms), load_manifest()
-    )
-
-
-# Subcommand groups are registered here; each lives in its own module.
-def _register() -> None:
-    from .commands import bench, doctor, models, provision, run
-
-    cli.add_command(doctor.doctor)
-    cli.add_command(provision.provision)
-    cli.add_command(models.models)
-    cli.add_command(run.run)
-    cli.add_command(bench.bench)
-
-
-_register()
+    context.obj = Settings(library, models_dir, timeout_ms, max_image_pixels)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure becomes one line on stderr and a documented exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
     try:
-        cli.main(args=argv, prog_name="npuctl", standalone_mode=False)
+        cli.main(args=args, prog_name="npuctl", standalone_mode=False)
     except NpuctlError as error:
-        click.echo(f"npuctl: error: {error}", err=True)
+        report_error(str(error), error.code, as_json)
         return int(error.code)
-    except click.exceptions.Abort:
-        click.echo("npuctl: interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("npuctl: interrupted", err=True)
         return ExitCode.INTERRUPTED
     except click.ClickException as error:
@@ -93,22 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # a bug: say so in one line, details on request
         if os.environ.get("NPUCTL_DEBUG"):
             raise
-        click.echo(
-            f"npuctl: internal error: {type(error).__name__}: {error} "
-            "(NPUCTL_DEBUG=1 shows the traceback)",
-            err=True,
+        report_error(
+            f"internal error: {type(error).__name__}: {error} (NPUCTL_DEBUG=1 shows the traceback)",
+            ExitCode.INTERNAL,
+            as_json,
         )
         return ExitCode.INTERNAL
     return ExitCode.OK
 
 
-def entry_or_path(settings: Settings, name: str, explicit: Path | None) -> tuple[Entry, Path, bool]:
-    entry = settings.manifest.get(name)
-    path, trusted = settings.npu.resolve(entry, explicit)
-    return entry, path, trusted
-
-
-def require_text(texts: tuple[str, ...]) -> None:
-    for text in texts:
-        if not text.strip():
-            raise InputError("a text is empty: give at least one word")
+def report_error(message: str, code: int, as_json: bool) -> None:
+    """One line on stderr; with --json also a JSON object on stdout (schema npuctl-error/1)."""
+    click.echo(f"npuctl: error: {message}", err=True)
+    if as_json:
+        document = {"schema": "npuctl-error/1", "error": message, "exit_code": int(code)}
+        click.echo(json.dumps(document, ensure_ascii=True))

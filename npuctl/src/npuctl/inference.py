@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .defaults import DEFAULT_TIMEOUT_MS
 from .errors import ModelError
 from .models.manifest import Entry
+from .models.proofs import FileIdentity, LoadProofs
 from .models.store import Lock, check_model_file, verify
 from .noe.binding import Graph, NoeLibrary, Session, TensorInfo, dequantize
 from .noe.isolation import probe_model
-
-DEFAULT_TIMEOUT_MS = 10_000
 
 
 @dataclass
@@ -83,6 +83,18 @@ def check_expectations(entry: Entry | None, path: Path, tensors: dict) -> None:
                 )
 
 
+@dataclass(frozen=True)
+class ModelFile:
+    """A model file chosen for a run: its manifest entry (None for --model) and identity."""
+
+    entry: Entry | None
+    identity: FileIdentity
+
+    @property
+    def path(self) -> Path:
+        return self.identity.path
+
+
 @dataclass
 class Npu:
     """The NPU as npuctl uses it: the library, and where models live."""
@@ -91,6 +103,7 @@ class Npu:
     models_dir: Path
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     _library: NoeLibrary | None = None
+    proofs: LoadProofs = field(default_factory=LoadProofs)
 
     @property
     def library(self) -> NoeLibrary:
@@ -98,16 +111,17 @@ class Npu:
             self._library = NoeLibrary(self.library_path)
         return self._library
 
-    def resolve(self, entry: Entry | None, explicit: Path | None) -> tuple[Path, bool]:
-        """The model file to use, and whether it is trusted (checksum verified)."""
+    def resolve(self, entry: Entry | None, explicit: Path | None) -> ModelFile:
+        """The model file to use: ``explicit``, or the managed file of ``entry`` (present
+        and matching its checksum where one is known)."""
         if explicit is not None:
             check_model_file(explicit)
-            return explicit, False
+            return ModelFile(entry, _identity(explicit))
         assert entry is not None
         check = verify(entry, self.models_dir, Lock.load(self.models_dir))
         if check.state in ("missing", "invalid", "mismatch"):
             raise ModelError(f"{entry.name}: {check.detail}")
-        return check.path, check.ok
+        return ModelFile(entry, _identity(check.path, check.sha256))
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -115,13 +129,31 @@ class Npu:
             yield session
 
     @contextmanager
-    def model(
-        self, session: Session, path: Path, *, trusted: bool, entry: Entry | None = None
-    ) -> Iterator[Model]:
-        if not trusted:
-            # A file of unknown content goes through a child process first: a malformed
-            # one crashes libnoe, which must not take npuctl down.
-            check_expectations(entry, path, probe_model(self.library_path, path))
-        with session.graph(path) as graph:
-            check_expectations(entry, path, {"inputs": graph.inputs, "outputs": graph.outputs})
-            yield Model(graph, path, self.timeout_ms)
+    def model(self, session: Session, model: ModelFile) -> Iterator[Model]:
+        """Load ``model`` in this process, once it is proven not to crash the library."""
+        self.prove_loads(model)
+        with session.graph(model.path) as graph:
+            check_expectations(
+                model.entry, model.path, {"inputs": graph.inputs, "outputs": graph.outputs}
+            )
+            yield Model(graph, model.path, self.timeout_ms)
+
+    def prove_loads(self, model: ModelFile) -> None:
+        """A file goes to libnoe in-process only after this very file loaded once in a child
+        with this very library; a checksum says nothing about whether it loads."""
+        library = _identity(self.library_path)
+        if not self.proofs.proven(library, model.identity):
+            check_expectations(model.entry, model.path, probe_model(self.library_path, model.path))
+            self.proofs.record(library, model.identity)
+        if not (model.identity.unchanged() and library.unchanged()):
+            raise ModelError(
+                f"{model.path} or {self.library_path} changed while npuctl was using it: "
+                "run the command again"
+            )
+
+
+def _identity(path: Path, sha256: str | None = None) -> FileIdentity:
+    try:
+        return FileIdentity.of(path, sha256)
+    except OSError as error:
+        raise ModelError(f"cannot read {path}: {error.strerror or error}") from error

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol
 
 import click
 
@@ -31,4 +34,30 @@ def _short(text: str, width: int = 24) -> str:
 
 
 def emit_json(document: object) -> None:
-    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    """JSON on stdout, always valid UTF-8: a file name that is not valid UTF-8 is escaped."""
+    text = json.dumps(document, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(document, indent=2, ensure_ascii=True)
+    click.echo(text)
+
+
+class Progress(Protocol):
+    def update(self, n_steps: int) -> None: ...
+
+
+class _NoProgress:
+    def update(self, n_steps: int) -> None:
+        pass
+
+
+@contextmanager
+def progress_bar(length: int | None, label: str, *, shown: bool) -> Iterator[Progress]:
+    """A progress bar on stderr when it is a terminal and ``shown``; nothing otherwise.
+    (click < 8.2, Debian 12's 8.1.3 among them, has no ``hidden`` argument.)"""
+    if not shown or not length or not sys.stderr.isatty():
+        yield _NoProgress()
+        return
+    with click.progressbar(length=length, label=label, file=sys.stderr) as bar:
+        yield bar

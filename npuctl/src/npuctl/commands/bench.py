@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 import numpy as np
 
 from ..cli import Settings, pass_settings
-from ..output import emit_json, table
+from ..output import emit_json, progress_bar, table
 
 
 def statistics(seconds: list[float]) -> dict[str, float]:
@@ -42,31 +41,26 @@ def bench(
     settings: Settings, name: str, iterations: int, warmup: int, model: Path | None, as_json: bool
 ) -> None:
     """Time NAME's raw inference and its full pipeline (job, load, infer, read, clean)."""
-    entry = settings.manifest.get(name)
-    path, trusted = settings.npu.resolve(entry, model)
+    chosen = settings.npu.resolve(settings.manifest.model(name), model)
     pipeline: list[float] = []
     infer: list[float] = []
     with (
         settings.npu.session() as session,
-        settings.npu.model(session, path, trusted=trusted, entry=entry) as loaded,
+        settings.npu.model(session, chosen) as loaded,
     ):
         rng = np.random.default_rng(0)
         inputs = [rng.integers(0, 100, info.count).astype(info.dtype) for info in loaded.inputs]
         for _ in range(warmup):
             loaded.run(inputs)
-        with click.progressbar(
-            range(iterations),
-            label=f"{name}",
-            file=sys.stderr,
-            hidden=as_json or not sys.stderr.isatty(),
-        ) as steps:
-            for _ in steps:
+        with progress_bar(iterations, name, shown=not as_json) as bar:
+            for _ in range(iterations):
                 timing = loaded.run(inputs).timing
                 pipeline.append(timing.pipeline)
                 infer.append(timing.infer)
+                bar.update(1)
     result = {
         "model": name,
-        "path": str(path),
+        "path": str(chosen.path),
         "iterations": iterations,
         "warmup": warmup,
         "raw_inference": statistics(infer),

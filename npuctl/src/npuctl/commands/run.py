@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -12,11 +10,13 @@ from PIL import Image, ImageDraw
 
 from ..cli import Settings, pass_settings
 from ..errors import InputError
+from ..files import check_writable_file, write_atomically
 from ..inference import Model
 from ..noe.binding import TensorInfo, quantize
 from ..output import emit_json, matrix, table
+from ..params import UTF8_TEXT
 from ..pipelines import clip_image, yolo
-from ..pipelines.clip_tokenizer import CONTEXT_LENGTH, ClipTokenizer
+from ..pipelines.clip_tokenizer import CLEANING, CONTEXT_LENGTH, ClipTokenizer, padded
 from ..pipelines.embeddings import normalise, similarity
 from ..pipelines.images import open_rgb
 
@@ -47,31 +47,28 @@ def load_tokenizer(settings: Settings, vocab: Path | None) -> ClipTokenizer:
 
 
 def tokens_for(tokenizer: ClipTokenizer, text: str, truncate: bool) -> np.ndarray:
+    """The model input for ``text``; bad input fails here, before the NPU is touched, in time
+    bounded by the 77-token window (a 1 MB text costs milliseconds)."""
     if not text.strip():
         raise InputError("a text is empty: give at least one word")
-    needed = len(tokenizer.encode(text)) + 2
-    if needed > CONTEXT_LENGTH and not truncate:
+    ids, more = tokenizer.window(text, CONTEXT_LENGTH - 2)
+    if more and not truncate:
         raise InputError(
-            f"a text needs {needed} tokens, CLIP reads {CONTEXT_LENGTH} "
+            f"a text needs more than the {CONTEXT_LENGTH} tokens CLIP reads "
             f"({len(text)} characters): shorten it or pass --truncate"
         )
-    return tokenizer.tokenize(text)
+    return padded(ids)
 
 
-def embed_texts(
-    model: Model, tokenizer: ClipTokenizer, texts: tuple[str, ...], truncate: bool
-) -> list[np.ndarray]:
+def embed_tokens(model: Model, tokens: list[np.ndarray]) -> list[np.ndarray]:
     token_dtype = model.inputs[0].dtype
-    return [
-        normalise(model.run([tokens_for(tokenizer, text, truncate).astype(token_dtype)]).values())
-        for text in texts
-    ]
+    return [normalise(model.run([ids.astype(token_dtype)]).values()) for ids in tokens]
 
 
-def embed_images(model: Model, paths: tuple[Path, ...]) -> list[np.ndarray]:
+def embed_images(model: Model, pictures: list[Image.Image]) -> list[np.ndarray]:
     return [
-        normalise(model.run([clip_input(open_rgb(path), model.inputs[0])]).values())
-        for path in paths
+        normalise(model.run([clip_input(picture, model.inputs[0])]).values())
+        for picture in pictures
     ]
 
 
@@ -83,7 +80,7 @@ def clip_input(image: Image.Image, info: TensorInfo) -> np.ndarray:
 
 
 @run.command(name="clip-text")
-@click.argument("texts", nargs=-1, required=True)
+@click.argument("texts", nargs=-1, required=True, type=UTF8_TEXT)
 @_model_option
 @click.option(
     "--vocab",
@@ -104,20 +101,16 @@ def clip_text(
 ) -> None:
     """512-d text embeddings, and their similarity matrix for several texts."""
     tokenizer = load_tokenizer(settings, vocab)
-    for text in texts:
-        tokens_for(tokenizer, text, truncate)  # bad input fails before the NPU is touched
-    entry = settings.manifest.get("clip-text")
-    path, trusted = settings.npu.resolve(entry, model)
-    with (
-        settings.npu.session() as session,
-        settings.npu.model(session, path, trusted=trusted, entry=entry) as loaded,
-    ):
-        embeddings = embed_texts(loaded, tokenizer, texts, truncate)
+    tokens = [tokens_for(tokenizer, text, truncate) for text in texts]
+    chosen = settings.npu.resolve(settings.manifest.model("clip-text"), model)
+    with settings.npu.session() as session, settings.npu.model(session, chosen) as loaded:
+        embeddings = embed_tokens(loaded, tokens)
     scores = similarity(embeddings, embeddings)
     if as_json:
         emit_json(
             {
-                "model": str(path),
+                "model": str(chosen.path),
+                "text_cleaning": CLEANING,
                 "embeddings": [
                     {"text": text, "dimensions": len(vector), "embedding": vector.round(6).tolist()}
                     for text, vector in zip(texts, embeddings, strict=True)
@@ -142,7 +135,9 @@ def clip_text(
 @run.command(name="clip-image")
 @click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_model_option
-@click.option("--text", "texts", multiple=True, help="Also compare with this text (repeat).")
+@click.option(
+    "--text", "texts", multiple=True, type=UTF8_TEXT, help="Also compare with this text (repeat)."
+)
 @click.option(
     "--text-model",
     type=click.Path(path_type=Path),
@@ -162,29 +157,28 @@ def clip_image_command(
     as_json: bool,
 ) -> None:
     """512-d image embeddings; image-image and text-image similarity (one shared space)."""
-    for image in images:
-        open_rgb(image)  # a file that is not an image fails before the NPU is touched
+    # Bad input fails before the NPU is touched.
+    pictures = [open_rgb(image, settings.max_image_pixels) for image in images]
     tokenizer = load_tokenizer(settings, vocab) if texts else None
-    visual = settings.manifest.get("clip-visual")
-    path, trusted = settings.npu.resolve(visual, model)
+    tokens = [tokens_for(tokenizer, text, False) for text in texts] if tokenizer else []
+    chosen = settings.npu.resolve(settings.manifest.model("clip-visual"), model)
+    text_chosen = (
+        settings.npu.resolve(settings.manifest.model("clip-text"), text_model) if texts else None
+    )
     with settings.npu.session() as session:
-        with settings.npu.model(session, path, trusted=trusted, entry=visual) as loaded:
-            image_vectors = embed_images(loaded, images)
+        with settings.npu.model(session, chosen) as loaded:
+            image_vectors = embed_images(loaded, pictures)
         text_vectors: list[np.ndarray] = []
-        if texts and tokenizer is not None:
-            text_entry = settings.manifest.get("clip-text")
-            text_path, text_trusted = settings.npu.resolve(text_entry, text_model)
-            with settings.npu.model(
-                session, text_path, trusted=text_trusted, entry=text_entry
-            ) as loaded_text:
-                text_vectors = embed_texts(loaded_text, tokenizer, texts, False)
+        if text_chosen is not None:
+            with settings.npu.model(session, text_chosen) as loaded_text:
+                text_vectors = embed_tokens(loaded_text, tokens)
     names = [str(image) for image in images]
     image_scores = similarity(image_vectors, image_vectors)
     text_scores = similarity(text_vectors, image_vectors) if text_vectors else None
     if as_json:
         emit_json(
             {
-                "model": str(path),
+                "model": str(chosen.path),
                 "embeddings": [
                     {"image": n, "dimensions": len(v), "embedding": v.round(6).tolist()}
                     for n, v in zip(names, image_vectors, strict=True)
@@ -192,7 +186,11 @@ def clip_image_command(
                 "similarity": image_scores.round(6).tolist(),
                 "text_similarity": None
                 if text_scores is None
-                else {"texts": list(texts), "scores": text_scores.round(6).tolist()},
+                else {
+                    "texts": list(texts),
+                    "scores": text_scores.round(6).tolist(),
+                    "text_cleaning": CLEANING,
+                },
             }
         )
         return
@@ -224,14 +222,12 @@ def yolo_command(
     as_json: bool,
 ) -> None:
     """Object detection: a table of labels, scores and boxes."""
-    picture = open_rgb(image)
-    entry = settings.manifest.get("yolov8n")
-    path, trusted = settings.npu.resolve(entry, model)
+    if annotate is not None:
+        check_annotate_target(annotate)
+    picture = open_rgb(image, settings.max_image_pixels)
+    chosen = settings.npu.resolve(settings.manifest.model("yolov8n"), model)
     tensor, box = yolo.letterbox(picture)
-    with (
-        settings.npu.session() as session,
-        settings.npu.model(session, path, trusted=trusted, entry=entry) as loaded,
-    ):
+    with settings.npu.session() as session, settings.npu.model(session, chosen) as loaded:
         outputs = loaded.run([quantize(tensor, loaded.inputs[0])])
     detections = yolo.decode(outputs.values(), box, conf=conf, iou=iou)
     if annotate is not None:
@@ -239,7 +235,7 @@ def yolo_command(
     if as_json:
         emit_json(
             {
-                "model": str(path),
+                "model": str(chosen.path),
                 "image": str(image),
                 "detections": [d.as_dict() for d in detections],
                 "annotated": str(annotate) if annotate else None,
@@ -255,6 +251,14 @@ def yolo_command(
     )
 
 
+def check_annotate_target(target: Path) -> None:
+    problem = check_writable_file(target, "--annotate")
+    if problem is None and target.suffix.lower() not in Image.registered_extensions():
+        problem = f"--annotate {target}: unknown image type {target.suffix!r}; use .png or .jpg"
+    if problem is not None:
+        raise InputError(problem)
+
+
 def write_annotated(picture: Image.Image, detections: list[yolo.Detection], target: Path) -> None:
     drawn = picture.copy()
     draw = ImageDraw.Draw(drawn)
@@ -265,14 +269,9 @@ def write_annotated(picture: Image.Image, detections: list[yolo.Detection], targ
             f"{detection.label} {detection.score:.2f}",
             fill=(255, 64, 0),
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        prefix=".annotated-", suffix=target.suffix, dir=target.parent
-    )
-    os.close(handle)
+    image_format = Image.registered_extensions()[target.suffix.lower()]
     try:
-        drawn.save(temporary)
-        Path(temporary).replace(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(target, lambda path: drawn.save(path, format=image_format))
     except (OSError, ValueError) as error:
-        Path(temporary).unlink(missing_ok=True)
         raise InputError(f"cannot write {target}: {error}") from error

@@ -4,17 +4,15 @@ when complete and verified (size, not a Git LFS pointer, sha256)."""
 from __future__ import annotations
 
 import hashlib
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
 from ..errors import DownloadError
+from ..output import progress_bar
 from .manifest import Entry
-from .store import LFS_POINTER_PREFIX, Lock, verify
+from .store import LFS_POINTER_PREFIX, Lock, ensure_writable_dir, verify
 
 _CHUNK = 1 << 16
 _TIMEOUT_SECONDS = 60
@@ -30,7 +28,7 @@ class Fetched:
 
 
 def fetch(entry: Entry, directory: Path, lock: Lock, *, progress: bool = True) -> Fetched:
-    directory.mkdir(parents=True, exist_ok=True)
+    ensure_writable_dir(directory)
     target = directory / entry.file
     if target.exists():
         check = verify(entry, directory, lock)
@@ -70,15 +68,9 @@ def _download(entry: Entry, partial: Path, progress: bool) -> None:
         mode = "ab" if resumed else "wb"
         length = response.headers.get("Content-Length")
         total = (int(length) + (offset if resumed else 0)) if length else None
-        shown = progress and sys.stderr.isatty()
         with (
             partial.open(mode) as stream,
-            click.progressbar(
-                length=total or 0,
-                label=f"{entry.name}",
-                file=sys.stderr,
-                hidden=not shown or total is None,
-            ) as bar,
+            progress_bar(total, entry.name, shown=progress and total is not None) as bar,
         ):
             if resumed:
                 bar.update(offset)

@@ -46,6 +46,17 @@ class Manifest:
             known = ", ".join(sorted(self.entries))
             raise NpuctlError(f"unknown model {name!r}; known: {known}", ExitCode.USAGE) from None
 
+    def model(self, name: str) -> Entry:
+        """A model to run: assets (files that models need) are refused, exit 2."""
+        entry = self.get(name)
+        if entry.kind != "model":
+            runnable = ", ".join(e.name for e in self.models)
+            raise NpuctlError(
+                f"{name} is not a model but a file models need; models: {runnable}",
+                ExitCode.USAGE,
+            )
+        return entry
+
     @property
     def models(self) -> list[Entry]:
         return [entry for entry in self.entries.values() if entry.kind == "model"]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ExitCode, ModelError
+from ..files import sha256_of, write_text_atomically
 from .manifest import Entry
 
 LOCK_NAME = "models.lock.json"
@@ -28,12 +27,23 @@ def default_models_dir() -> Path:
     return Path(data_home) / "npuctl" / "models"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def ensure_writable_dir(directory: Path) -> None:
+    """The model directory exists and this user may write to it; else one line with the fix."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ModelError(_unwritable(directory, error.strerror or str(error))) from error
+    if not directory.is_dir():
+        raise ModelError(f"the model directory {directory} is not a folder: pass --models-dir")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ModelError(_unwritable(directory, "permission denied"))
+
+
+def _unwritable(directory: Path, reason: str) -> str:
+    return (
+        f"cannot write to the model directory {directory} ({reason}): run the command "
+        f"with sudo, or use your own with --models-dir ~/.local/share/npuctl/models"
+    )
 
 
 def check_model_file(path: Path) -> None:
@@ -97,12 +107,9 @@ class Lock:
         self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"schema": 1, "files": self.entries}, indent=2, sort_keys=True)
-        handle, temporary = tempfile.mkstemp(prefix=".lock-", dir=self.path.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text + "\n")
-        Path(temporary).replace(self.path)
+        ensure_writable_dir(self.path.parent)
+        write_text_atomically(self.path, text + "\n")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 
-DEFAULT_LIBRARY = "/usr/share/cix/lib/libnoe.so"
+from ..defaults import DEFAULT_LIBRARY  # noqa: F401  (re-exported)
 
 
 class ContextHandle(ctypes.Structure):

@@ -7,41 +7,34 @@ Run as ``python -m npuctl.noe.isolation LIBRARY MODEL``: prints the model's tens
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import ModelError, NpuctlError
+from ..child import run_module
+from ..errors import ModelError, NpuctlError, NpuError
 
 _TIMEOUT_SECONDS = 120
 
 
 def probe_model(library: Path, model: Path) -> dict[str, list[dict[str, object]]]:
-    """The model's tensors, as the library sees them; a crash is a ModelError."""
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "npuctl.noe.isolation", str(library), str(model)],
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT_SECONDS,
-            check=False,
+    """The model's tensors, as the library sees them; a crash is a ModelError, a child that
+    cannot be started an NpuError."""
+    result = run_module("npuctl.noe.isolation", [str(library), str(model)], _TIMEOUT_SECONDS)
+    if not result.started:
+        raise NpuError(
+            f"cannot check {model} before loading it: {result.problem}; "
+            "free some memory or repair the Python installation, then run it again"
         )
-    except subprocess.TimeoutExpired:
-        raise ModelError(f"loading {model} did not finish in {_TIMEOUT_SECONDS} s") from None
-    if result.returncode < 0:
-        name = signal.Signals(-result.returncode).name
-        raise ModelError(
-            f"loading {model} crashed libnoe ({name}): the file is malformed or "
-            "not a .cix model; run 'npuctl models verify' or download it again"
-        )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise ModelError(f"checking {model} failed: {result.stderr.strip()[-200:]}")
-    answer = json.loads(lines[-1])
-    if "error" in answer:
-        raise NpuctlError(answer["error"], answer["code"])
-    return answer
+    if result.answer is None:
+        if result.problem.startswith("crashed"):
+            raise ModelError(
+                f"loading {model} crashed libnoe ({result.problem[9:-1]}): the file is "
+                "malformed or not a .cix model; run 'npuctl models verify' or download it again"
+            )
+        raise ModelError(f"checking {model} failed: {result.problem}")
+    if "error" in result.answer:
+        raise NpuctlError(str(result.answer["error"]), int(result.answer["code"]))
+    return result.answer
 
 
 def _child(library: str, model: str) -> int:
