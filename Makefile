@@ -14,7 +14,7 @@ DEPS_STAMP := $(VENV)/.deps-installed
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
 
-.PHONY: deps fetch patch quilt-tree deb module test lint check-kernels bench clean
+.PHONY: deps fetch patch quilt-tree deb module test test-oldest lint check-kernels bench clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
@@ -42,9 +42,24 @@ deb: $(DEPS_STAMP)
 module: patch
 	$(MAKE) -C "$(KDIR)" M="$(CURDIR)/$(BUILD)/src" KCFLAGS=-Werror modules
 
-## test: every test; those needing the upstream cache or chroots say why they skip
+## test: every test, then npuctl's tests again on the oldest supported dependencies
 test: $(DEPS_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-oldest
+
+## test-oldest: npuctl's tests on Debian 12's python3 packages (npuctl/constraints-oldest.txt)
+OLDEST_VENV := .venv-oldest
+OLDEST_PYTHON ?= /usr/bin/python3
+OLDEST_STAMP := $(OLDEST_VENV)/.deps-installed
+$(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml pyproject.toml $(DEPS_STAMP)
+	rm -rf $(OLDEST_VENV)
+	$(OLDEST_PYTHON) -m venv --system-site-packages $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+		-c npuctl/constraints-oldest.txt pytest jinja2 -e . -e ./npuctl
+	touch $@
+test-oldest: $(OLDEST_STAMP)
+	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
+		-p no:cacheprovider $(PYTEST_ARGS) tests/npuctl
 
 ## lint: ruff and shellcheck
 lint: $(DEPS_STAMP)

@@ -276,6 +276,78 @@ def bench_clip_image(bus: Path) -> list[dict]:
     ]
 
 
+def process_ms(command: list[str], runs: int = 15) -> float:
+    """Median wall time of a whole process, after one warm-up run."""
+    samples = []
+    for _ in range(runs + 1):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples[1:]) * 1000
+
+
+def bench_startup() -> list[dict]:
+    """npuctl imports a command's modules only when it runs: --help costs about click's import."""
+    python = sys.executable
+    click_ms = process_ms([python, "-c", "import click"])
+    results = []
+    for flag in ("--help", "--version"):
+        ours_ms = process_ms([python, "-m", "npuctl", flag])
+        results.append(
+            {
+                "name": f"npuctl {flag} (whole process) vs python -c 'import click'",
+                "unit": "ms (median)",
+                "ours": ours_ms,
+                "reference": click_ms,
+                "ratio": ours_ms / click_ms,
+                "target": "<= 2x import click",
+                "ok": ours_ms <= 2 * click_ms,
+            }
+        )
+    return results
+
+
+def bench_long_texts(vocab: Path) -> list[dict]:
+    """Tokenizing reads only what can reach the 77-token window; the reference encodes all of
+    a text, quadratically in the length of a word."""
+    ours = ClipTokenizer(vocab)
+    reference = load_reference_tokenizer(vocab)
+    prose = " ".join(metric_strings(14_000))[:1_000_000]
+    started = time.perf_counter()
+    reference_ids = reference.encode(prose)[:75]
+    reference_prose_ms = (time.perf_counter() - started) * 1000
+    assert ours.window(prose)[0] == reference_ids, "ids differ"
+    letters = random.Random(11).choices("abcdefghijklmnopqrstuvwxyz", k=1_000_000)
+    long_word = "".join(letters)
+    word = long_word[:5_000]
+    started = time.perf_counter()
+    reference_word = reference.encode(word)[:75]
+    reference_word_ms = (time.perf_counter() - started) * 1000
+    assert ours.window(word)[0] == reference_word, "ids differ"
+    prose_ms = median_ms(lambda: ours.window(prose), 30)
+    word_ms = median_ms(lambda: ours.window(long_word), 30)
+    return [
+        {
+            "name": "tokenize 1 MB of text for the 77-token window (--truncate)",
+            "unit": "ms (median; reference: one run)",
+            "ours": prose_ms,
+            "reference": reference_prose_ms,
+            "ratio": reference_prose_ms / prose_ms,
+            "target": "median <= 10 ms, identical ids",
+            "ok": prose_ms <= 10,
+        },
+        {
+            "name": "a 1 MB word: cut (--truncate) or refused; reference: its first 5,000 letters",
+            "unit": "ms (median; reference: one run)",
+            "ours": word_ms,
+            "reference": reference_word_ms,
+            "ratio": reference_word_ms / word_ms,
+            "target": "median <= 50 ms, identical ids",
+            "ok": word_ms <= 50,
+        },
+    ]
+
+
 def main() -> int:
     vocab = test_data(CLIP_ANYTORCH, "clip/bpe_simple_vocab_16e6.txt.gz", CLIP_VOCAB_SHA256)
     bus = test_data(YOLOV5, "yolov5/data/images/bus.jpg", BUS_JPG_SHA256)
@@ -285,6 +357,8 @@ def main() -> int:
             bench_tokenizer(vocab),
             bench_yolo_postprocessing(),
             *bench_clip_image(bus),
+            *bench_long_texts(vocab),
+            *bench_startup(),
         ]
     width = max(len(r["name"]) for r in results)
     print(f"{'measurement':{width}}  {'ours':>10}  {'reference':>10}  {'ratio':>6}  target")

@@ -26,6 +26,9 @@ def skip(report: Report, finding_id: str, area: str, what: str, reason: str) -> 
     report.add(Finding(finding_id, area, Status.SKIP, f"{what}: skipped ({reason})"))
 
 
+NO_NPU_FIX = "nothing to fix here: this machine has no supported NPU"
+
+
 def check_platform(system: System, report: Report) -> bool:
     machine = system.machine()
     board = (
@@ -44,6 +47,7 @@ def check_platform(system: System, report: Report) -> bool:
                 f"Platform: {machine}, not arm64 — this is not an Orange Pi 6 Plus",
                 "npuctl doctor checks the Zhouyi NPU of the CIX CD8180 (arm64); "
                 "run it on the board.",
+                fix=NO_NPU_FIX,
             )
         )
         return False
@@ -78,6 +82,7 @@ def check_platform(system: System, report: Report) -> bool:
                 f"NPU: no CIXH4000 ACPI device or armchina,zhouyi node on {board}",
                 "This machine does not describe a Zhouyi NPU: is it an Orange Pi "
                 "6 Plus (CIX CD8180)?",
+                fix=NO_NPU_FIX,
             )
         )
         return False

@@ -4,15 +4,14 @@ models really running on the NPU. libnoe runs in child processes (see npu_probe)
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ..child import run_module
 from ..models.manifest import Manifest
 from ..models.store import Lock, verify
+from ..noe.abi import OPEN_DEVICE_FAILED
 from .findings import Finding, Report, Status
 from .host import skip
 
@@ -25,22 +24,8 @@ SLOW_FACTOR = 3.0
 
 def _child(args: list[str], timeout: float) -> tuple[dict | None, str]:
     """The child's JSON answer, or None and what went wrong."""
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "npuctl.doctor.npu_probe", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"did not finish in {timeout:.0f} s (hung)"
-    if result.returncode < 0:
-        return None, f"crashed ({signal.Signals(-result.returncode).name})"
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return None, (result.stderr.strip().splitlines() or ["no answer"])[-1]
-    return json.loads(lines[-1]), ""
+    result = run_module("npuctl.doctor.npu_probe", args, timeout)
+    return result.answer, result.problem
 
 
 def check_library(library: Path, report: Report, timeout: float) -> bool:
@@ -60,18 +45,34 @@ def check_library(library: Path, report: Report, timeout: float) -> bool:
     answer, problem = _child(["library", str(library)], timeout)
     if answer is None:
         report.add(
-            Finding("libnoe.context", area, Status.FAIL, f"libnoe: opening the NPU {problem}")
+            Finding(
+                "libnoe.context",
+                area,
+                Status.FAIL,
+                f"libnoe: opening the NPU {problem}",
+                fix="free some memory, check that 'python3 -c pass' runs, then run "
+                "npuctl doctor again"
+                if problem.startswith("could not start")
+                else None,
+            )
         )
         return False
     if answer.get("stage") == "load":
         report.add(Finding("libnoe.loadable", area, Status.FAIL, f"libnoe: {answer.get('error')}"))
         return False
     if answer.get("stage") == "context":
-        fix = None
-        if answer.get("status") == 3:
-            fix = "npuctl doctor --quick   # fix the module and /dev/aipu findings above first"
+        detail, fix = "", None
+        if answer.get("status") == OPEN_DEVICE_FAILED:
+            detail, fix = _open_device_failed(report)
         report.add(
-            Finding("libnoe.context", area, Status.FAIL, f"libnoe: {answer.get('error')}", fix=fix)
+            Finding(
+                "libnoe.context",
+                area,
+                Status.FAIL,
+                f"libnoe: {answer.get('error')}",
+                detail,
+                fix=fix,
+            )
         )
         return False
     topology, target = answer["topology"], answer["target"]
@@ -95,6 +96,25 @@ def check_library(library: Path, report: Report, timeout: float) -> bool:
     )
     check_versions(versions, report)
     return True
+
+
+def _open_device_failed(report: Report) -> tuple[str, str]:
+    """Why libnoe may fail to open /dev/aipu, given what the checks above found."""
+    failed = [
+        f.id for f in report.findings if f.area in ("module", "device") and f.status == Status.FAIL
+    ]
+    if failed:
+        return (
+            f"Fix {', '.join(failed)} first: libnoe opens /dev/aipu.",
+            "npuctl doctor --quick",
+        )
+    return (
+        "The module is loaded and /dev/aipu is usable, yet libnoe cannot open it: another "
+        "process may hold the NPU (a running inference server?), or this libnoe was built "
+        "for another kernel driver version.",
+        "sudo fuser -v /dev/aipu; modinfo -F version aipu   "
+        "# who holds the NPU; the driver version libnoe must match",
+    )
 
 
 def check_versions(versions: dict[str, str], report: Report) -> None:
@@ -281,3 +301,25 @@ def check_models(
             )
     elif not usable:
         skip(report, "models.clip-sanity", area, "CLIP text-image check", "no usable models")
+
+
+def check_text_cleaning(report: Report) -> None:
+    """OpenAI's CLIP tokenizer cleans text with ftfy; without it npuctl's own fixes give the
+    same ids except where ftfy would repair mojibake."""
+    from ..pipelines.text_fixes import CLEANING, EXACT
+
+    report.add(
+        Finding(
+            "python.ftfy",
+            "python",
+            Status.OK if EXACT else Status.INFO,
+            f"CLIP text cleaning: {CLEANING}",
+            ""
+            if EXACT
+            else "Token ids match OpenAI's tokenizer except on mojibake (text decoded with "
+            "the wrong encoding), which ftfy repairs.",
+            fix=None
+            if EXACT
+            else "sudo apt install python3-ftfy   # Debian 13+, or: pip install ftfy",
+        )
+    )

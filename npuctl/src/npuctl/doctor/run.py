@@ -73,4 +73,5 @@ def run_doctor(system: System, options: Options) -> Report:
         )
     else:
         host.skip(report, "models", "models", "Models", "libnoe cannot open the NPU")
+    npu.check_text_cleaning(report)
     return report

@@ -213,10 +213,12 @@ class ClipTokenizer:
             prefix, whole, last_complete = _prefix(text, budget)
             pieces, ascii_text = self._pieces(prefix)
             ids: list[int] = []
+            last = len(pieces) - 1
             for index, piece in enumerate(pieces):
-                if len(piece.encode("utf-8")) > 2 * reach:
+                # A character is at most 4 bytes: most pieces need no encoding to be measured.
+                if len(piece) * 2 > reach and len(piece.encode("utf-8")) > 2 * reach:
                     ids.extend(self._ids_of_long_piece(piece, reach))
-                elif not last_complete and index == len(pieces) - 1:
+                elif index == last and not last_complete:
                     break  # cut inside this word: take a longer prefix
                 else:
                     ids.extend(self._ids(piece, ascii_text))
@@ -258,6 +260,8 @@ def _prefix(text: str, budget: int) -> tuple[str, bool, bool]:
     """A prefix of ``text`` holding at least ``budget`` characters that are not white space,
     ending after a word (or after the next line break, if one comes soon); whether it is the
     whole text; and whether its last word is complete."""
+    if len(text) <= budget:
+        return text, True, True
     seen = 0
     for word in _WORD.finditer(text):
         length = word.end() - word.start()

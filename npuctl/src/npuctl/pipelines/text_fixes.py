@@ -33,7 +33,8 @@ _SURROGATE_PAIRS = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _LONE_SURROGATES = re.compile("[\ud800-\udfff]")
 _C1 = re.compile("[\x80-\x9f]")
 
-_LIGATURES = {ord(c): unicodedata.normalize("NFKC", c) for c in "ĲĳŉǄǅǆǇǈǉǊǋǌǱǲǳﬀﬁﬂﬃﬄﬅﬆ"}
+_LIGATURES = {ord(c): unicodedata.normalize("NFKC", c) for c in "ĲĳŉǄǅǆǇǈǉǊǋǌǱǲǳﬀﬁﬂﬃﬄﬆ"}
+_LIGATURES[0xFB05] = "\u017ft"  # ftfy keeps the long s of "ﬅ"
 _WIDTH = {
     code: unicodedata.normalize("NFKC", chr(code))
     for code in range(0xFF01, 0xFFF0)
@@ -91,10 +92,8 @@ def _unescape_entity(match: re.Match[str]) -> str:
 
 
 def _fix_segment(segment: str, unescape: bool) -> str:
-    if unescape:
-        segment = _ENTITY.sub(_unescape_entity, segment)
     for _ in range(16):
-        fixed = _fix_once(segment)
+        fixed = _fix_once(_ENTITY.sub(_unescape_entity, segment) if unescape else segment)
         if fixed == segment:
             return fixed
         segment = fixed
