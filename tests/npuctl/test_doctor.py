@@ -158,7 +158,13 @@ def test_libnoe_missing(board, image, tmp_path):
 def test_context_cannot_open_the_device(board, image):
     code, checks = doctor(board, image, env={"NOE_DOUBLE_FAIL": "init=3"})
     assert code == 11
-    assert "OPEN_DEV_FAIL" in checks["libnoe.context"]["summary"]
+    context = checks["libnoe.context"]
+    assert "OPEN_DEV_FAIL" in context["summary"]
+    # Module and device passed: the fix names the other causes, not the checks above.
+    assert checks["device.node"]["status"] == "ok"
+    assert "another process may hold the NPU" in context["detail"]
+    assert context["fix"].startswith("sudo fuser -v /dev/aipu")
+    assert "findings above" not in context["fix"]
 
 
 def test_model_is_an_lfs_pointer(board, image, models):
@@ -265,6 +271,9 @@ def test_this_machine_is_not_a_board(board):
     assert result.returncode == 11
     assert "not arm64" in result.stdout or "no CIXH4000" in result.stdout
     assert result.stderr == ""
+    document = json.loads(board.npuctl("doctor", "--json").stdout)
+    (platform,) = [c for c in document["checks"] if c["area"] == "platform"]
+    assert platform["fix"] == "nothing to fix here: this machine has no supported NPU"
 
 
 def test_a_model_whose_output_ignores_its_input(board, image, models, tmp_path):
