@@ -184,3 +184,12 @@ def test_json_is_valid_for_models_list(board):
     document = json.loads(board.npuctl("models", "list", "--json").stdout)
     assert {e["name"] for e in document["entries"]} >= {"clip-text", "clip-visual", "yolov8n"}
     assert Path(document["models_dir"]).samefile(board.models)
+
+
+def test_json_errors_are_json_on_stdout(board, vocab_in):
+    result = board.npuctl("run", "clip-text", "hi", "--json")
+    assert result.returncode == 4
+    document = json.loads(result.stdout)
+    assert document["schema"] == "npuctl-error/1" and document["exit_code"] == 4
+    assert "npuctl models fetch" in document["error"]
+    assert result.stderr.startswith("npuctl: error: ")

@@ -183,3 +183,16 @@ def test_the_shipped_manifest_describes_the_three_hub_models():
     assert all(m.url.startswith("https://modelscope.cn/models/cix/") for m in manifest.models)
     vocab = manifest.get("clip-bpe-vocab")
     assert vocab.sha256 == "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a"
+
+
+def test_verify_with_nothing_downloaded_is_a_failure(board, manifest):
+    line = one_line_error(board.npuctl("models", "verify"), 4)
+    assert "no model is downloaded" in line
+    result = board.npuctl("models", "verify", "--json")
+    assert result.returncode == 4
+    error = json.loads(result.stdout.strip().splitlines()[-1])  # after the report
+    assert error == {
+        "schema": "npuctl-error/1",
+        "error": "no model is downloaded, nothing was verified: run 'npuctl models fetch'",
+        "exit_code": 4,
+    }

@@ -154,3 +154,14 @@ def test_not_a_vendor_deb(board, image, tmp_path):
     bogus.write_text("no")
     result = provision(board, image, "--only", "umd", "--umd-deb", str(bogus))
     assert "not a Debian package" in one_line_error(result, 3)
+
+
+def test_dry_run_on_a_machine_without_an_npu_warns(board, tmp_path):
+    empty = BoardImage(tmp_path / "not-a-board")
+    empty.remove("sys/bus/acpi/devices/CIXH4000:00")
+    result = provision(board, empty, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "[would do]" in result.stdout
+    (warning,) = result.stderr.strip().splitlines()
+    assert warning.startswith("npuctl: warning: NPU: no CIXH4000 ACPI device")
+    assert "of no use on this machine" in warning

@@ -128,6 +128,11 @@ def verify_models(settings: Settings, names: tuple[str, ...], as_json: bool) -> 
             table(["name", "state", "detail"], [[c.entry.name, c.state, c.detail] for c in checks])
         )
     bad = [c for c in checks if c.state in ("invalid", "mismatch")]
-    missing = [c for c in checks if c.state == "missing" and names]
-    if bad or missing:
+    missing = [c for c in checks if c.state == "missing"]
+    if bad or (missing and names):
         raise ModelError(f"{len(bad) + len(missing)} file(s) failed verification", ExitCode.MODEL)
+    if len(missing) == len(checks):
+        raise ModelError(
+            "no model is downloaded, nothing was verified: run 'npuctl models fetch'",
+            ExitCode.MODEL,
+        )

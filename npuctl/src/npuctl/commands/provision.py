@@ -67,6 +67,7 @@ def provision(
         *(["umd"] if umd_deb else []),
         *(["ld-path"] if ld_path else []),
     ]
+    warn_without_npu(system)
     user = user or os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"
     models_dir = (
         settings.npu.models_dir if "NPUCTL_MODELS" in os.environ else (system.path(str(SYSTEM_DIR)))
@@ -106,3 +107,18 @@ def provision(
         if step is not None and not dry_run:
             step()
         click.echo(f"[{state}] {action.name}: {action.description}")
+
+
+def warn_without_npu(system: System) -> None:
+    """Set-up for an NPU this machine does not have is allowed (an image prepared elsewhere),
+    but never silently."""
+    from ..doctor.findings import Report
+    from ..doctor.host import check_platform
+
+    report = Report()
+    if not check_platform(system, report):
+        click.echo(
+            f"npuctl: warning: {report.findings[-1].summary}; these changes are of no use "
+            "on this machine",
+            err=True,
+        )
