@@ -14,7 +14,8 @@ DEPS_STAMP := $(VENV)/.deps-installed
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
 
-.PHONY: deps fetch patch quilt-tree deb module test test-oldest lint check-kernels bench clean
+.PHONY: deps fetch patch quilt-tree deb lint-debian module test test-oldest lint check-kernels \
+	bench clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
@@ -37,6 +38,11 @@ quilt-tree: $(DEPS_STAMP)
 deb: $(DEPS_STAMP)
 	$(BUILD_TOOL) deb --build-dir $(BUILD) --dist $(DIST)
 	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/npuctl --dist $(DIST)
+
+## lint-debian: a newer Debian's lintian and appstreamcli on dist/, in a chroot (root)
+LINT_SUITE ?= trixie
+lint-debian: deb
+	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes
 
 ## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
 module: patch

@@ -174,3 +174,27 @@ def test_cli_reports_one_line_and_exit_code(tmp_path, private_cache):
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("aipu-build: error: UPSTREAM_GIT=")
     assert "Traceback" not in result.stderr
+
+
+def test_exit_codes_of_the_build_tool_and_of_make(tmp_path):
+    """The build tool's code is kept by 'python -m aipu_build'; make turns every failure into
+    2 (README: exit codes of the build tool)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "AIPU_CACHE": str(tmp_path / "cache"),
+        "UPSTREAM_GIT": str(tmp_path / "no-such-clone"),
+    }
+    direct = subprocess.run(
+        [sys.executable, "-m", "aipu_build", "fetch"], capture_output=True, text=True, env=env
+    )
+    assert direct.returncode == 4, direct.stderr
+    assert direct.stderr.startswith("aipu-build: error: ")
+    through_make = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(root), "fetch"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert through_make.returncode == 2
+    assert "aipu-build: error: " in through_make.stderr

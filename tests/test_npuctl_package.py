@@ -1,5 +1,8 @@
 """make deb: the npuctl Debian package (needs no upstream tree)."""
 
+import gzip
+import re
+
 import pytest
 
 from .conftest import run
@@ -43,3 +46,32 @@ def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "clip-text" in result.stdout
+
+
+def test_npuctl_depends_on_the_oldest_tested_versions(npuctl_deb):
+    depends = _field(npuctl_deb, "Depends")
+    assert "python3-click (>= 8.1.3)" in depends
+    assert "python3-numpy (>= 1:1.24.2)" in depends
+
+
+def test_npuctl_homepage_is_the_project_not_the_driver(npuctl_deb, config):
+    homepage = _field(npuctl_deb, "Homepage")
+    assert homepage == config.project_homepage
+    assert homepage != config.homepage
+
+
+def test_the_manual_page_covers_every_command_and_the_exit_codes(npuctl_deb, tmp_path):
+    from npuctl.cli import COMMANDS
+    from npuctl.errors import EXIT_CODES
+
+    run("dpkg-deb", "-x", npuctl_deb, tmp_path)
+    page = gzip.decompress((tmp_path / "usr/share/man/man1/npuctl.1.gz").read_bytes()).decode()
+    for name in COMMANDS:
+        assert f".SS npuctl {name}" in page
+    for sub in ("run clip\\-text", "run yolo", "models fetch", "models verify"):
+        assert f".SS npuctl {sub}" in page
+    exit_status = page.split(".SH EXIT STATUS", 1)[1].split(".SH", 1)[0]
+    assert [int(code) for code in re.findall(r"\\fB(\d+)\\fR", exit_status)] == [
+        code for code, _ in EXIT_CODES
+    ]
+    assert "\\-\\-max\\-image\\-pixels" in page

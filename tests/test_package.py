@@ -3,6 +3,7 @@ part of the build and fails it on any error or warning)."""
 
 import hashlib
 import re
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -67,9 +68,56 @@ def test_nothing_in_the_source_tree_is_executable(built_packages):
 
 def test_udev_rule_and_module_autoload_are_shipped(built_packages):
     paths = set(_contents(built_packages["deb"]))
-    assert any(re.match(r"^/(usr/)?lib/udev/rules\.d/\d\d-aipu-dkms\.rules$", p) for p in paths)
+    # /usr/lib, never the aliased /lib (trixie's lintian: aliased-location); bookworm's udev
+    # reads /usr/lib/udev/rules.d too.
+    assert "/usr/lib/udev/rules.d/60-aipu-dkms.rules" in paths
+    assert not any(path.startswith(("/lib/", "/etc/")) for path in paths)
     assert "/usr/lib/modules-load.d/aipu.conf" in paths
-    assert not any(path.startswith("/etc/") for path in paths)
+
+
+def test_appstream_metadata_is_valid(built_packages, config, tmp_path):
+    if shutil.which("appstreamcli") is None:
+        pytest.skip("appstreamcli is missing: run 'make deps'")
+    run("dpkg-deb", "-x", built_packages["deb"], tmp_path)
+    metainfo = tmp_path / "usr/share/metainfo" / f"{config.appstream_id}.metainfo.xml"
+    result = run("appstreamcli", "validate", "--no-net", "--pedantic", metainfo)
+    assert result.returncode == 0, result.stdout
+    assert "W:" not in result.stdout and "E:" not in result.stdout
+
+
+def test_dist_holds_a_complete_upload_set(built_packages):
+    """Everything the .changes names is beside it, with the right sizes and checksums, and
+    lintian reads it (it refuses a .changes whose .buildinfo is missing)."""
+    changes = built_packages["changes"]
+    listed = run("dcmd", changes).stdout.split()
+    assert any(name.endswith(".buildinfo") for name in listed)
+    assert all(Path(name).exists() for name in listed), listed
+    verified = run("dscverify", "--no-sig-check", changes)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    linted = run("lintian", "--fail-on", "error,warning", changes)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_uapi_header_license_names_the_syscall_note(built_packages, tmp_path):
+    run("dpkg-deb", "-x", built_packages["deb"], tmp_path)
+    copyright_text = (tmp_path / "usr/share/doc/aipu-dkms/copyright").read_text()
+    stanza = copyright_text.split("Files: armchina-npu/include/armchina_aipu.h", 1)[1]
+    assert stanza.split("\n\n")[0].count("License: GPL-2 with Linux-syscall-note exception") == 1
+
+
+@pytest.mark.chroot
+def test_newest_lintian_and_appstream_are_clean(built_packages, tmp_path):
+    """trixie's lintian (2.122) and appstreamcli judge the package too, in a chroot."""
+    from kernel_lab.lint import lint
+    from kernel_lab.suites import SUITES
+
+    from .conftest import require_chroot_support
+
+    require_chroot_support()
+    (result,) = lint(SUITES["trixie"], [built_packages["changes"]], tmp_path / "lint")
+    assert result.ok, result.lintian_output + result.appstream_output
+    version = re.search(r"v(\d+)\.(\d+)", result.lintian_version)
+    assert version and (int(version[1]), int(version[2])) >= (2, 122), result.lintian_version
 
 
 def test_maintainer_scripts_register_and_remove_with_dkms(built_packages, tmp_path):

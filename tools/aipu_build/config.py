@@ -37,6 +37,7 @@ class Config:
     debian_revision: str
     maintainer: str
     homepage: str
+    project_homepage: str
     summary: str
     takes_over: tuple[str, ...]
     changelog_date: str
@@ -49,6 +50,11 @@ class Config:
     device_group: str
     device_mode: str
     local_suffix: str = ""  # only for test builds of a "next" version
+
+    @property
+    def appstream_id(self) -> str:
+        """The AppStream component id; the metainfo file must be named after it."""
+        return f"io.github.aipu_dkms.{self.module}"
 
     @property
     def version(self) -> str:
@@ -154,6 +160,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         debian_revision=text("package.debian_revision"),
         maintainer=text("package.maintainer"),
         homepage=text("package.homepage"),
+        project_homepage=text("package.project_homepage"),
         summary=text("package.summary"),
         takes_over=tuple(_require(data, "package.takes_over")),
         changelog_date=text("package.changelog.date"),

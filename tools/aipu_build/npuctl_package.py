@@ -27,7 +27,7 @@ def _context(config: Config, version: str) -> dict[str, object]:
     return {
         "version": version,
         "maintainer": config.maintainer,
-        "homepage": config.homepage,
+        "homepage": config.project_homepage,
         "distribution": config.changelog_distribution,
         "date": config.changelog_date,
         "description": (
@@ -56,7 +56,7 @@ def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
 def build_npuctl_package(
     config: Config, build_dir: Path, dist: Path, *, lintian: bool = True
 ) -> list[Path]:
-    for tool in ("dpkg-buildpackage", "dh", "help2man", "lintian"):
+    for tool in ("dpkg-buildpackage", "dh", "lintian"):
         require_tool(tool)
     if not MANIFEST.exists():
         raise BuildError(f"{MANIFEST} is missing", ExitCode.USAGE)

@@ -76,9 +76,15 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
     context = template_context(config, upstream)
     render_tree(DEBIAN_TEMPLATES, debian, context)
     write_atomically(debian / f"{config.name}.dkms", render_file(DKMS_TEMPLATE, context))
+    # Installed by path, not by dh_installudev: bookworm's debhelper would put it under the
+    # aliased /lib (lintian's aliased-location on trixie); udev reads /usr/lib on bookworm too.
     write_atomically(
-        debian / f"{config.name}.udev",
+        debian / "udev" / f"60-{config.name}.rules",
         render_file(PROVISION / "udev" / "60-aipu.rules.j2", context),
+    )
+    write_atomically(
+        debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
+        render_file(PROVISION / "appstream" / "metainfo.xml.j2", context),
     )
     write_atomically(
         debian / "modules-load" / f"{config.module}.conf",
@@ -140,8 +146,9 @@ def dpkg_buildpackage(
             f"dpkg-buildpackage failed: {first_error(log)} (full log: {log})", ExitCode.BUILD
         )
     changes = sorted(build_dir.glob(f"{stem}_*.changes"))
+    buildinfo = sorted(build_dir.glob(f"{stem}_*.buildinfo"))
     missing = [path.name for path in artifacts if not path.exists()]
-    if missing or not changes:
+    if missing or not changes or not buildinfo:
         raise BuildError(
             f"dpkg-buildpackage did not produce {', '.join(missing) or 'a .changes file'}",
             ExitCode.BUILD,
@@ -150,7 +157,9 @@ def dpkg_buildpackage(
         run_lintian(changes[-1])
     dist.mkdir(parents=True, exist_ok=True)
     copied = []
-    for path in [*artifacts, changes[-1]]:
+    # The complete upload set: everything the .changes names (lintian, dcmd, debsign and
+    # dput read it), the .buildinfo included.
+    for path in [*artifacts, buildinfo[-1], changes[-1]]:
         target = dist / path.name
         shutil.copyfile(path, target)
         copied.append(target)

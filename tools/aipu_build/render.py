@@ -33,6 +33,7 @@ def template_context(config: Config, upstream_tree: Path | None = None) -> dict[
         "debian_version": config.debian_version,
         "maintainer": config.maintainer,
         "homepage": config.homepage,
+        "appstream_id": config.appstream_id,
         "summary": config.summary,
         "takes_over": list(config.takes_over),
         "upstream": config.upstream,

@@ -22,7 +22,6 @@ TOOL_PACKAGES = {
     "lintian": "lintian",
     "make": "make",
     "fakeroot": "fakeroot",
-    "help2man": "help2man",
 }
 
 

@@ -1,4 +1,5 @@
-"""python -m kernel_lab matrix: the kernel matrix report (text table and JSON)."""
+"""python -m kernel_lab matrix: the kernel matrix report (text table and JSON).
+python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from aipu_build.errors import BuildError
+
+from .lint import lint
 from .matrix import Packages, format_table, report_ok, run_matrix, write_report
-from .suites import PLANS
+from .suites import PLANS, SUITES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--workdir", type=Path, required=True)
     matrix.add_argument("--json", type=Path, required=True)
     matrix.add_argument("--jobs", type=int, default=2)
+    linting = commands.add_parser("lint", help="lintian and appstreamcli of a newer suite")
+    linting.add_argument("--suite", default="trixie", choices=sorted(SUITES))
+    linting.add_argument("--workdir", type=Path, required=True)
+    linting.add_argument("changes", type=Path, nargs="+")
     args = parser.parse_args(argv)
+    if args.command == "lint":
+        return lint_command(args)
 
     names = [name for name in args.suites.split(",") if name]
     unknown = [name for name in names if name not in PLANS]
@@ -47,6 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(report))
     print(f"report: {args.json}")
     return 0 if report_ok(report) else 1
+
+
+def lint_command(args: argparse.Namespace) -> int:
+    try:
+        results = lint(SUITES[args.suite], args.changes, args.workdir.resolve())
+    except BuildError as error:
+        print(f"kernel-lab: error: {error}", file=sys.stderr)
+        return int(error.code)
+    for result in results:
+        verdict = "clean" if result.ok else "NOT CLEAN"
+        print(f"{result.changes}: {verdict} ({args.suite}: {result.lintian_version})")
+        for line in (result.lintian_output + "\n" + result.appstream_output).splitlines():
+            if line.strip() and not line.startswith("N:"):
+                print(f"  {line}")
+    return 0 if all(result.ok for result in results) else 1
 
 
 if __name__ == "__main__":

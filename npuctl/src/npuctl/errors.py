@@ -20,6 +20,34 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+# What each exit code means, for the manual page (README: "npuctl exit codes").
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success; doctor: every check passed"),
+    (1, "npuctl itself failed (a bug; NPUCTL_DEBUG=1 shows the traceback)"),
+    (2, "usage: bad option, a number out of range, unknown model name, a file that is not a model"),
+    (
+        3,
+        "bad input: missing file, not an image, an image over --max-image-pixels, empty "
+        "text, text that is not UTF-8, text over 77 tokens without --truncate, an output path "
+        "that cannot be written",
+    ),
+    (
+        4,
+        "model file missing, invalid, a Git LFS pointer, wrong tensors, or crashing libnoe; "
+        "a model directory you may not write to; models verify found nothing to verify",
+    ),
+    (
+        5,
+        "libnoe missing or unloadable, NPU context, inference error or timeout, a child "
+        "process that could not be started",
+    ),
+    (6, "download: network, size or checksum"),
+    (10, "doctor: warnings only"),
+    (11, "doctor: at least one failure (also on a machine without a supported NPU)"),
+    (130, "interrupted (Ctrl-C)"),
+)
+
+
 class NpuctlError(Exception):
     """A failure explained in one line (what is wrong, what to do)."""
 
