@@ -81,11 +81,6 @@ def test_udev_rule_is_not_world_writable(config):
     assert 'TAG+="uaccess"' in match[0]
 
 
-def test_modules_load_lists_the_module(config):
-    text = render_file(PROVISION / "modules-load.d" / "aipu.conf.j2", template_context(config))
-    assert [line for line in text.splitlines() if not line.startswith("#")] == ["aipu"]
-
-
 def test_templates_fail_on_unknown_variables(tmp_path, config):
     template = tmp_path / "t.j2"
     template.write_text("{{ no_such_value }}", encoding="utf-8")
@@ -107,3 +102,43 @@ def test_copyright_holders_come_from_upstream_notices(tmp_path):
 def test_dkms_template_holds_only_what_varies():
     text = DKMS_TEMPLATE.read_text(encoding="utf-8")
     assert "5.11.0" not in text and "CONFIG_ARM64" not in text
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        # dkms 3.0's autoinstall for a kernel the gates exclude: AUTOINSTALL is withdrawn, so
+        # the headers' postinst (and apt) does not fail (dkms >= 3.2 skips it by itself).
+        (["autoinstall", "--kernelver", "5.10.0-35-arm64"], ""),
+        (["autoinstall", "-k", "6.12.99-no-headers-here/aarch64"], ""),
+        (["autoinstall", "--kernelver=7.3.0-no-headers-here"], ""),
+        # Anything else keeps it: install/build are gated by BUILD_EXCLUSIVE (exit 77).
+        (["install", "-k", "5.10.0-35-arm64"], "yes"),
+        ([], "yes"),
+    ],
+)
+def test_dkms_3_0_autoinstall_is_withdrawn_for_excluded_kernels(dkms_conf, arguments, expected):
+    script = f'. "{dkms_conf}"; printf "%s" "$AUTOINSTALL"'
+    result = subprocess.run(
+        ["bash", "-c", script, "dkms", *arguments], capture_output=True, text=True, check=True
+    )
+    assert result.stdout == expected
+
+
+def test_dkms_3_0_autoinstall_keeps_a_supported_kernel(dkms_conf, tmp_path):
+    """The same check against a headers tree that has the gate: AUTOINSTALL stays."""
+    release = "6.12.99-test-arm64"
+    build = tmp_path / "lib" / "modules" / release / "build"
+    build.mkdir(parents=True)
+    (build / ".config").write_text("CONFIG_ARM64=y\n")
+    text = dkms_conf.read_text().replace("/lib/modules/", f"{tmp_path}/lib/modules/")
+    moved = tmp_path / "dkms.conf"
+    moved.write_text(text)
+    script = f'. "{moved}"; printf "%s" "$AUTOINSTALL"'
+    result = subprocess.run(
+        ["bash", "-c", script, "dkms", "autoinstall", "-k", release],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout == "yes"

@@ -16,7 +16,7 @@ packages=(
 	gcc-aarch64-linux-gnu                      # cross builds against arm64 headers
 	shellcheck                                 # lint
 	gcc                                        # the libnoe test double
-	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio  # kernel boots
+	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio kmod  # kernel boots
 )
 
 missing=()

@@ -86,10 +86,6 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
         debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
         render_file(PROVISION / "appstream" / "metainfo.xml.j2", context),
     )
-    write_atomically(
-        debian / "modules-load" / f"{config.module}.conf",
-        render_file(PROVISION / "modules-load.d" / "aipu.conf.j2", context),
-    )
     patches = debian / "patches"
     patches.mkdir(parents=True, exist_ok=True)
     names = series()

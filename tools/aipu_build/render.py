@@ -64,7 +64,8 @@ def _long_description(config: Config) -> str:
         f"with patches for Linux {config.kernel_min} to {config.kernel_tested_max} and a fix "
         "for the second inference hanging. A udev rule gives the "
         f"{config.device_group} group and the logged-in user access to "
-        f"/dev/{config.device_node}; the module is loaded at boot. This package replaces "
+        f"/dev/{config.device_node}; udev loads the module when the firmware describes the "
+        "NPU (by its ACPI and device-tree aliases). This package replaces "
         f"{' and '.join(config.takes_over)}, which build the same module."
     )
 

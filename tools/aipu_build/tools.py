@@ -22,6 +22,7 @@ TOOL_PACKAGES = {
     "lintian": "lintian",
     "make": "make",
     "fakeroot": "fakeroot",
+    "depmod": "kmod",
 }
 
 

@@ -247,10 +247,12 @@ class SuiteRun:
         problems = result.problems(expect_foreign_refusal=modules.get(foreign.release) is not None)
         if problems:
             return Cell("failed", detail="; ".join(problems[:3]))
+        foreign_checked = modules.get(foreign.release) is not None
         return Cell(
             "ok",
-            detail=f"insmod, probe, rmmod, {qemu.CYCLES} cycles, "
-            "foreign module refused, no kernel fault",
+            detail=f"loaded by modalias, insmod, probe, rmmod, {qemu.CYCLES} cycles, "
+            + ("foreign module refused, " if foreign_checked else "no foreign module offered, ")
+            + "no kernel fault",
         )
 
     def _boot_acpi(self, chroot: Chroot, kernel: Kernel, modules: dict[str, Path | None]) -> Cell:

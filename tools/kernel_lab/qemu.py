@@ -1,6 +1,7 @@
 """Boot a Debian arm64 kernel in qemu-system-aarch64 and exercise the module from a tiny
-busybox initramfs: insmod, probe on a device-tree node, rmmod, load/unload cycles, and a
-module built for another kernel that must be refused.
+busybox initramfs: loaded by its modalias as udev would (no insmod, no modules-load.d),
+insmod, probe on a device-tree node, rmmod, load/unload cycles, and a module built for
+another kernel that must be refused.
 
 The kernel is the exact build the headers belong to (with module versioning, anything else
 refuses the module). Debian ships it as an uncompressed arm64 Image, in linux-image-<release>
@@ -46,6 +47,15 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 echo "LAB: booted $(uname -r)"
 [ -d /sys/bus/acpi/devices/CIXH4000:00 ] && echo "LAB: acpi device CIXH4000:00 present"
+# Coldplug as udev does it: modprobe every device's modalias; only the module's own aliases
+# (from modules.alias, made by depmod) can bring it in.
+for alias in /sys/bus/platform/devices/*/modalias; do
+	modprobe -q "$(cat "$alias")" 2>/dev/null
+done
+if [ -d /sys/module/aipu ]; then
+	echo "LAB: autoloaded by modalias"
+	rmmod aipu || echo "LAB: rmmod after autoload failed"
+fi
 if insmod /aipu.ko; then echo "LAB: insmod ok"; else echo "LAB: insmod failed"; fi
 [ -e /sys/bus/platform/drivers/armchina/CIXH4000:00 ] && echo "LAB: bound CIXH4000:00"
 [ -d /sys/bus/platform/drivers/armchina ] && echo "LAB: driver armchina registered"
@@ -93,6 +103,7 @@ class BootResult:
     def lifecycle_problems(self) -> list[str]:
         """insmod, the driver registered, rmmod, every load/unload cycle, no kernel fault."""
         markers = (
+            "autoloaded by modalias",
             "insmod ok",
             "driver armchina registered",
             "rmmod ok",
@@ -189,6 +200,7 @@ def initramfs(
     foreign_module: Path | None,
     cycles: int = CYCLES,
     acpi_tables: list[Path] = (),
+    release: str = "",
 ) -> Path:
     """The guest's initrd: ACPI table upgrades first (an uncompressed cpio the kernel reads
     early, CONFIG_ACPI_TABLE_UPGRADE), then the busybox initramfs."""
@@ -200,6 +212,11 @@ def initramfs(
     (root / "init").write_text(init_script(cycles), encoding="utf-8")
     (root / "init").chmod(0o755)
     shutil.copyfile(module, root / "aipu.ko")
+    if release:  # where modprobe finds it, with the alias index depmod writes
+        installed = root / "lib" / "modules" / release / "updates" / "dkms"
+        installed.mkdir(parents=True)
+        shutil.copyfile(module, installed / "aipu.ko")
+        subprocess.run(["depmod", "-b", str(root), release], check=True, capture_output=True)
     if foreign_module is not None:
         shutil.copyfile(foreign_module, root / "foreign.ko")
     archive = directory / "initramfs.cpio"
@@ -302,10 +319,13 @@ def boot(
     firmware and ACPI (how the Orange Pi 6 Plus boots) plus that table."""
     require_tool("qemu-system-aarch64")
     require_tool("cpio")
+    require_tool("depmod")
     with tempfile.TemporaryDirectory(prefix="lab-qemu-") as scratch:
         directory = Path(scratch)
         tables = [acpi_table] if acpi_table else []
-        initrd = initramfs(directory, busybox_binary, module, foreign_module, cycles, tables)
+        initrd = initramfs(
+            directory, busybox_binary, module, foreign_module, cycles, tables, release
+        )
         if acpi_table is None:
             command = _qemu_command(image, initrd, device_tree(directory, image), [])
         else:
