@@ -14,8 +14,8 @@ DEPS_STAMP := $(VENV)/.deps-installed
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
 
-.PHONY: deps fetch patch quilt-tree deb lint-debian module test test-oldest lint check-kernels \
-	bench clean
+.PHONY: deps fetch patch quilt-tree deb lint-debian autopkgtest module test test-oldest lint \
+	check-kernels bench clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
@@ -43,6 +43,11 @@ deb: $(DEPS_STAMP)
 LINT_SUITE ?= trixie
 lint-debian: deb
 	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes
+
+## autopkgtest: the package's autopkgtest with arm64 cross headers, in a chroot (root)
+autopkgtest: deb
+	$(PY) -m kernel_lab autopkgtest --suite $(LINT_SUITE) --workdir $(BUILD)/autopkgtest \
+		$$(ls $(DIST)/aipu-dkms_*_all.changes)
 
 ## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
 module: patch

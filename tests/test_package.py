@@ -173,3 +173,17 @@ def test_missing_build_tool_is_one_clear_error(config, upstream_tree, tmp_path, 
     assert "apt-get install dpkg-dev" in str(raised.value)
     assert not (tmp_path / "build").exists()
     assert not (tmp_path / "dist").exists()
+
+
+@pytest.mark.chroot
+def test_the_autopkgtest_really_builds_for_an_arm64_kernel(built_packages, tmp_path):
+    """autopkgtest-pkg-dkms on a testbed with arm64 headers: a build, not a superficial skip."""
+    from kernel_lab import autopkgtest
+    from kernel_lab.suites import SUITES
+
+    from .conftest import require_chroot_support
+
+    require_chroot_support()
+    result = autopkgtest.run(SUITES["trixie"], built_packages["changes"], tmp_path / "apt")
+    assert result.ok, (result.returncode, result.verdicts, result.output[-3000:])
+    assert result.built_for == [result.kernel]

@@ -1,5 +1,6 @@
 """python -m kernel_lab matrix: the kernel matrix report (text table and JSON).
-python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli."""
+python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli.
+python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from aipu_build.errors import BuildError
 
+from . import autopkgtest
 from .lint import lint
 from .matrix import Packages, format_table, report_ok, run_matrix, write_report
 from .suites import PLANS, SUITES
@@ -31,9 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     linting.add_argument("--suite", default="trixie", choices=sorted(SUITES))
     linting.add_argument("--workdir", type=Path, required=True)
     linting.add_argument("changes", type=Path, nargs="+")
+    testing = commands.add_parser("autopkgtest", help="autopkgtest with arm64 headers")
+    testing.add_argument("--suite", default="trixie", choices=sorted(SUITES))
+    testing.add_argument("--workdir", type=Path, required=True)
+    testing.add_argument("changes", type=Path)
     args = parser.parse_args(argv)
     if args.command == "lint":
         return lint_command(args)
+    if args.command == "autopkgtest":
+        return autopkgtest_command(args)
 
     names = [name for name in args.suites.split(",") if name]
     unknown = [name for name in names if name not in PLANS]
@@ -57,6 +65,26 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(report))
     print(f"report: {args.json}")
     return 0 if report_ok(report) else 1
+
+
+def autopkgtest_command(args: argparse.Namespace) -> int:
+    try:
+        result = autopkgtest.run(SUITES[args.suite], args.changes, args.workdir.resolve())
+    except BuildError as error:
+        print(f"kernel-lab: error: {error}", file=sys.stderr)
+        return int(error.code)
+    log = args.workdir / "autopkgtest.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(result.output, encoding="utf-8")
+    for kernel, outcome in sorted(result.verdicts.items()):
+        print(f"  dkms-autopkgtest: {outcome} {kernel}")
+    verdict = "passed" if result.ok else "FAILED"
+    print(
+        f"autopkgtest {verdict} in {args.suite} (exit {result.returncode}); the module was "
+        f"built for: {', '.join(result.built_for) or 'no kernel'} (arm64 kernel: {result.kernel}); "
+        f"log: {log}"
+    )
+    return 0 if result.ok else 1
 
 
 def lint_command(args: argparse.Namespace) -> int:
