@@ -14,8 +14,8 @@ DEPS_STAMP := $(VENV)/.deps-installed
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
 
-.PHONY: deps fetch patch quilt-tree deb lint-debian autopkgtest module test test-oldest lint \
-	check-kernels bench clean
+.PHONY: deps fetch patch quilt-tree deb lint-debian autopkgtest piuparts module test test-oldest \
+	lint check-kernels bench clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
@@ -48,6 +48,11 @@ lint-debian: deb
 autopkgtest: deb
 	$(PY) -m kernel_lab autopkgtest --suite $(LINT_SUITE) --workdir $(BUILD)/autopkgtest \
 		$$(ls $(DIST)/aipu-dkms_*_all.changes)
+
+## piuparts: install and purge of both packages in a fresh chroot, nothing left (root)
+piuparts: deb
+	$(PY) -m kernel_lab piuparts --suite $(LINT_SUITE) --log $(BUILD)/piuparts.log \
+		$$(ls $(DIST)/aipu-dkms_*_all.deb $(DIST)/npuctl_*_all.deb)
 
 ## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
 module: patch

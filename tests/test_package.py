@@ -187,3 +187,22 @@ def test_the_autopkgtest_really_builds_for_an_arm64_kernel(built_packages, tmp_p
     result = autopkgtest.run(SUITES["trixie"], built_packages["changes"], tmp_path / "apt")
     assert result.ok, (result.returncode, result.verdicts, result.output[-3000:])
     assert result.built_for == [result.kernel]
+
+
+@pytest.mark.chroot
+def test_piuparts_installs_and_purges_both_packages_cleanly(built_packages, config, tmp_path):
+    from aipu_build.npuctl_package import build_npuctl_package
+    from kernel_lab import piuparts
+
+    from .conftest import require_chroot_support
+
+    require_chroot_support()
+    if shutil.which("piuparts") is None:
+        pytest.skip("piuparts is missing: run 'make deps'")
+    npuctl = next(
+        path
+        for path in build_npuctl_package(config, tmp_path / "build", tmp_path / "dist")
+        if path.suffix == ".deb"
+    )
+    result = piuparts.run("trixie", [built_packages["deb"], npuctl], tmp_path / "piuparts.log")
+    assert result.ok, result.output[-3000:]

@@ -23,6 +23,7 @@ TOOL_PACKAGES = {
     "make": "make",
     "fakeroot": "fakeroot",
     "depmod": "kmod",
+    "piuparts": "piuparts",
 }
 
 

@@ -1,6 +1,7 @@
 """python -m kernel_lab matrix: the kernel matrix report (text table and JSON).
 python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli.
-python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real."""
+python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real.
+python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from aipu_build.errors import BuildError
 
-from . import autopkgtest
+from . import autopkgtest, piuparts
 from .lint import lint
 from .matrix import Packages, format_table, report_ok, run_matrix, write_report
 from .suites import PLANS, SUITES
@@ -37,7 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     testing.add_argument("--suite", default="trixie", choices=sorted(SUITES))
     testing.add_argument("--workdir", type=Path, required=True)
     testing.add_argument("changes", type=Path)
+    piu = commands.add_parser("piuparts", help="piuparts install/purge of the packages")
+    piu.add_argument("--suite", default="trixie", choices=sorted(SUITES))
+    piu.add_argument("--log", type=Path, required=True)
+    piu.add_argument("debs", type=Path, nargs="+")
     args = parser.parse_args(argv)
+    if args.command == "piuparts":
+        result = piuparts.run(SUITES[args.suite].release, args.debs, args.log)
+        verdict = "passed" if result.ok else "FAILED"
+        print(f"piuparts {verdict} in {args.suite} (exit {result.returncode}); log: {args.log}")
+        return 0 if result.ok else 1
     if args.command == "lint":
         return lint_command(args)
     if args.command == "autopkgtest":
