@@ -5,6 +5,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := deb
 
+# Version N+1 of the packages is <version>+lab1, for upgrade tests.
+NEXT_SUFFIX := lab1
 VENV := .venv
 PY := $(VENV)/bin/python
 BUILD_TOOL := $(PY) -m aipu_build
@@ -49,10 +51,15 @@ autopkgtest: deb
 	$(PY) -m kernel_lab autopkgtest --suite $(LINT_SUITE) --workdir $(BUILD)/autopkgtest \
 		$$(ls $(DIST)/aipu-dkms_*_all.changes)
 
-## piuparts: install and purge of both packages in a fresh chroot, nothing left (root)
+## piuparts: install, upgrade N -> N+1 and purge of both packages, nothing left (root)
 piuparts: deb
+	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build --dist $(BUILD)/next \
+		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
+	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/next-build/npuctl --dist $(BUILD)/next \
+		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
 	$(PY) -m kernel_lab piuparts --suite $(LINT_SUITE) --log $(BUILD)/piuparts.log \
-		$$(ls $(DIST)/aipu-dkms_*_all.deb $(DIST)/npuctl_*_all.deb)
+		$$(ls $(DIST)/aipu-dkms_*_all.deb $(DIST)/npuctl_*_all.deb | sed 's/^/--previous /') \
+		$$(ls $(BUILD)/next/aipu-dkms_*+$(NEXT_SUFFIX)-*_all.deb $(BUILD)/next/npuctl_*+$(NEXT_SUFFIX)_all.deb)
 
 ## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
 module: patch
@@ -88,7 +95,6 @@ clean:
 
 ## check-kernels: the kernel matrix on Debian's real arm64 kernels (SUITES=a,b to narrow)
 SUITES ?= bookworm,trixie,trixie-backports,sid
-NEXT_SUFFIX := lab1
 check-kernels: deb patch
 	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build --dist $(BUILD)/next \
 		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null

@@ -190,8 +190,11 @@ def test_the_autopkgtest_really_builds_for_an_arm64_kernel(built_packages, tmp_p
 
 
 @pytest.mark.chroot
-def test_piuparts_installs_and_purges_both_packages_cleanly(built_packages, config, tmp_path):
+def test_piuparts_installs_upgrades_and_purges_both_packages(
+    built_packages, config, upstream_tree, tmp_path
+):
     from aipu_build.npuctl_package import build_npuctl_package
+    from aipu_build.package import build_packages
     from kernel_lab import piuparts
 
     from .conftest import require_chroot_support
@@ -199,10 +202,22 @@ def test_piuparts_installs_and_purges_both_packages_cleanly(built_packages, conf
     require_chroot_support()
     if shutil.which("piuparts") is None:
         pytest.skip("piuparts is missing: run 'make deps'")
-    npuctl = next(
-        path
-        for path in build_npuctl_package(config, tmp_path / "build", tmp_path / "dist")
-        if path.suffix == ".deb"
-    )
-    result = piuparts.run("trixie", [built_packages["deb"], npuctl], tmp_path / "piuparts.log")
-    assert result.ok, result.output[-3000:]
+
+    def deb(artifacts: list[Path]) -> Path:
+        return next(path for path in artifacts if path.suffix == ".deb")
+
+    following = config.with_local_suffix("lab1")
+    previous = [
+        built_packages["deb"],
+        deb(build_npuctl_package(config, tmp_path / "b1", tmp_path / "d1", lintian=False)),
+    ]
+    latest = [
+        deb(
+            build_packages(
+                following, upstream_tree, tmp_path / "b2", tmp_path / "d2", lintian=False
+            )
+        ),
+        deb(build_npuctl_package(following, tmp_path / "b3", tmp_path / "d3", lintian=False)),
+    ]
+    result = piuparts.run("trixie", latest, tmp_path / "piuparts.log", previous)
+    assert result.ok and result.upgraded, result.output[-3000:]

@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     npuctl_deb.add_argument("--build-dir", type=Path, required=True)
     npuctl_deb.add_argument("--dist", type=Path, required=True)
     npuctl_deb.add_argument("--no-lintian", action="store_true")
+    npuctl_deb.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
     version = commands.add_parser("version", help="print the Debian version")
     version.add_argument("--upstream", action="store_true", help="print the DKMS version")
     return parser
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "npuctl-deb":
             from .npuctl_package import build_npuctl_package
 
+            if args.version_suffix:
+                config = config.with_local_suffix(args.version_suffix)
             for artifact in build_npuctl_package(
                 config, args.build_dir, args.dist, lintian=not args.no_lintian
             ):

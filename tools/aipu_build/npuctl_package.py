@@ -23,6 +23,12 @@ def npuctl_version() -> str:
         return str(tomllib.load(stream)["project"]["version"])
 
 
+def debian_version(config: Config) -> str:
+    """npuctl's own version; ``+<suffix>`` for the later version upgrade tests install."""
+    version = npuctl_version()
+    return f"{version}+{config.local_suffix}" if config.local_suffix else version
+
+
 def _context(config: Config, version: str) -> dict[str, object]:
     return {
         "version": version,
@@ -40,7 +46,7 @@ def _context(config: Config, version: str) -> dict[str, object]:
 
 
 def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
-    version = npuctl_version()
+    version = debian_version(config)
     destination = build_dir / f"npuctl-{version}"
     with replaced_directory(destination) as tree:
         shutil.copytree(
@@ -63,7 +69,7 @@ def build_npuctl_package(
     build_dir = build_dir.resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     tree = npuctl_source_tree(config, build_dir)
-    stem = f"npuctl_{npuctl_version()}"
+    stem = f"npuctl_{debian_version(config)}"
     artifacts = [
         build_dir / f"{stem}.dsc",
         build_dir / f"{stem}.tar.xz",

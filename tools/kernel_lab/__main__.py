@@ -41,13 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     piu = commands.add_parser("piuparts", help="piuparts install/purge of the packages")
     piu.add_argument("--suite", default="trixie", choices=sorted(SUITES))
     piu.add_argument("--log", type=Path, required=True)
+    piu.add_argument(
+        "--previous", type=Path, action="append", default=[], help="a version N deb (repeat)"
+    )
     piu.add_argument("debs", type=Path, nargs="+")
     args = parser.parse_args(argv)
     if args.command == "piuparts":
-        result = piuparts.run(SUITES[args.suite].release, args.debs, args.log)
-        verdict = "passed" if result.ok else "FAILED"
-        print(f"piuparts {verdict} in {args.suite} (exit {result.returncode}); log: {args.log}")
-        return 0 if result.ok else 1
+        result = piuparts.run(SUITES[args.suite].release, args.debs, args.log, args.previous)
+        ok = result.ok and (result.upgraded or not args.previous)
+        tests = "install, upgrade, purge" if result.upgraded else "install, purge"
+        verdict = "passed" if ok else "FAILED"
+        print(f"piuparts {verdict} in {args.suite} ({tests}; exit {result.returncode})")
+        print(f"log: {args.log}")
+        return 0 if ok else 1
     if args.command == "lint":
         return lint_command(args)
     if args.command == "autopkgtest":

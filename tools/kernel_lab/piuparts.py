@@ -1,6 +1,6 @@
-"""piuparts on the packages: install, purge, and nothing left behind, in a fresh chroot of a
-Debian suite (trixie by default). The suite's base is cached as a tarball. The N -> N+1
-upgrade of aipu-dkms is the kernel matrix's package-upgrade step (it needs DKMS builds).
+"""piuparts on the packages, in a fresh chroot of a Debian suite (trixie by default): install
+and purge, and, with the previous versions served from a local repository, install N ->
+upgrade to N+1 -> purge; nothing may be left behind. The suite's base is cached as a tarball.
 
 Bookworm's piuparts needs ``-i /var/cache/debconf/tmp.ci/`` against trixie (a piuparts bug:
 debconf's own temporary folder is reported as left over).
@@ -8,7 +8,9 @@ debconf's own temporary folder is reported as left over).
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,15 +31,47 @@ class PiupartsResult:
     def ok(self) -> bool:
         return self.returncode == 0 and "PASS: All tests." in self.output
 
+    @property
+    def upgraded(self) -> bool:
+        return "PASS: Installation, upgrade and purging tests." in self.output
 
-def run(release: str, debs: list[Path], log: Path) -> PiupartsResult:
+
+def run(release: str, debs: list[Path], log: Path, previous: list[Path] = ()) -> PiupartsResult:
+    """piuparts on ``debs``; with ``previous`` (older versions of the same packages), also
+    the upgrade from them."""
     require_tool("piuparts")
+    require_tool("dpkg-scanpackages")
+    with tempfile.TemporaryDirectory(prefix="piuparts-repo-") as scratch:
+        repository = Path(scratch)
+        extra: list[str] = []
+        if previous:
+            for deb in previous:
+                shutil.copyfile(deb, repository / deb.name)
+            index = subprocess.run(
+                ["dpkg-scanpackages", "-m", "."],
+                cwd=repository,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            (repository / "Packages").write_text(index.stdout, encoding="utf-8")
+            extra = [
+                "--bindmount",
+                str(repository),
+                "--extra-repo",
+                f"deb [trusted=yes] file://{repository} ./",
+            ]
+        return _piuparts(release, debs, log, extra)
+
+
+def _piuparts(release: str, debs: list[Path], log: Path, extra: list[str]) -> PiupartsResult:
     base = cache_root() / "piuparts" / f"{release}.tgz"
     base.parent.mkdir(parents=True, exist_ok=True)
     command = ["piuparts", "-d", release, "-m", MIRROR]
     for path in IGNORED:
         command += ["-i", path]
     command += ["-b", str(base)] if base.exists() else ["--save", str(base)]
+    command += extra
     result = subprocess.run(
         [*command, *(str(deb) for deb in debs)],
         capture_output=True,
