@@ -50,7 +50,7 @@ def run(suite: Suite, changes: Path, workdir: Path) -> AutopkgtestResult:
     chroot = create_chroot(suite, workdir)
     try:
         with chroot.mounted():
-            chroot.run("apt-get update -q")
+            chroot.refresh_lists()
             kernel = kernels.resolve(chroot, target_release=suite.target_release)
             kernels.install(chroot, kernel, target_release=suite.target_release)
             chroot.apt_install(*TOOLS)

@@ -109,6 +109,20 @@ class Chroot:
             raise CommandFailed(script, result)
         return result
 
+    def refresh_lists(self) -> None:
+        """The package lists of now, not of when the cached base was made (a stale sid base
+        resolves an old kernel or 404s); one clear line when the archive cannot be read."""
+        result = self.run("apt-get update -q -o APT::Update::Error-Mode=any", check=False)
+        if result.returncode != 0:
+            lines = [
+                line for line in (result.stdout + result.stderr).splitlines() if line[:2] in "E:W:"
+            ]
+            raise BuildError(
+                f"cannot read the Debian archive for {self.suite.name}: "
+                f"{(lines or ['apt-get update failed'])[0]} (is {MIRROR} reachable?)",
+                ExitCode.BUILD,
+            )
+
     def apt_install(self, *packages: str, target_release: str | None = None) -> None:
         release = ["-t", target_release] if target_release else []
         # --no-remove: a step that would remove packages is an error, not a silent change.

@@ -45,7 +45,7 @@ def lint(suite: Suite, changes_files: list[Path], workdir: Path) -> list[LintRes
     results = []
     try:
         with chroot.mounted():
-            chroot.run("apt-get update -q")
+            chroot.refresh_lists()
             chroot.apt_install(*LINT_PACKAGES)
             version = chroot.run("lintian --version").stdout.strip()
             for changes in changes_files:

@@ -115,6 +115,7 @@ class SuiteRun:
         return self.rows
 
     def _run_in(self, chroot: Chroot) -> None:
+        chroot.refresh_lists()
         release = self.suite.target_release
         self.dkms_version = chroot.run("dkms --version").stdout.strip().split("-")[-1]
         first, upgrade = self._choose_kernels(chroot)
@@ -457,7 +458,7 @@ def format_table(report: dict) -> str:
         for suite in report["suites"]
         if suite["error"]
     ]
-    notes = failures + suite_errors
+    notes = failures + suite_errors + untested_range(report)
     out.append(
         f"total {report['seconds']:.0f}s; "
         + ", ".join(
@@ -468,6 +469,26 @@ def format_table(report: dict) -> str:
     if notes:
         out += ["notes:", *notes]
     return "\n".join(out)
+
+
+def untested_range(report: dict) -> list[str]:
+    """Kernels newer than aipu.yaml's kernel.tested_max: the package description must not
+    claim them until a matrix has proven them."""
+    from aipu_build.config import load_config
+
+    tested_max = _version_tuple(load_config().kernel_tested_max)
+    newer = sorted(
+        {
+            row["kernel"]
+            for row in report["rows"]
+            if _version_tuple(row["kernel"].split("-")[0].split("+")[0])[:2] > tested_max
+        }
+    )
+    return [
+        f"  {kernel} is newer than kernel.tested_max ({'.'.join(map(str, tested_max))}) in "
+        "aipu.yaml: raise it once this matrix passes"
+        for kernel in newer
+    ]
 
 
 def write_report(report: dict, path: Path) -> None:
