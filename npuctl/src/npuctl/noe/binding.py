@@ -276,6 +276,10 @@ class Graph:
     def __init__(self, session: Session, graph_id: int) -> None:
         self.session = session
         self.id = graph_id
+        # One zeroed job config (partition 0, QoS 0, DDR) for every job of this graph: the
+        # library only reads it, and building it per job costs more than the rest of a job.
+        self._job_config_npu = abi.JobConfigNpu()
+        self._job_config = abi.JobConfig(_c.pointer(self._job_config_npu))
         self.inputs = self._tensors(abi.TensorType.INPUT)
         self.outputs = self._tensors(abi.TensorType.OUTPUT)
 
@@ -312,12 +316,10 @@ class Graph:
     def job(self) -> Iterator[Job]:
         session = self.session
         job_id = _c.c_uint64()
-        config_npu = abi.JobConfigNpu()  # zeroed: partition 0, QoS 0, DDR
-        config = abi.JobConfig(_c.pointer(config_npu))
         with _LOCK:
             session._check(
                 session.lib.noe_create_job(
-                    session.context, self.id, _c.byref(job_id), _c.byref(config)
+                    session.context, self.id, _c.byref(job_id), _c.byref(self._job_config)
                 ),
                 "noe_create_job",
             )
@@ -347,7 +349,7 @@ class Job:
         with _LOCK:
             self.session._check(
                 self.session.lib.noe_load_tensor(
-                    self.session.context, self.id, index, array.ctypes.data_as(_c.c_void_p)
+                    self.session.context, self.id, index, array.ctypes.data
                 ),
                 f"noe_load_tensor({index})",
             )
@@ -371,7 +373,7 @@ class Job:
                     self.id,
                     abi.TensorType.OUTPUT,
                     index,
-                    array.ctypes.data_as(_c.c_void_p),
+                    array.ctypes.data,
                 ),
                 f"noe_get_tensor(output {index})",
             )

@@ -193,8 +193,10 @@ class ClipTokenizer:
         """BPE ids of ``text`` without start/end tokens, as the reference's encode()."""
         pieces, ascii_text = self._pieces(text)
         ids: list[int] = []
+        known = self._word_ids
         for piece in pieces:
-            ids.extend(self._ids(piece, ascii_text))
+            cached = known.get(piece)
+            ids.extend(cached if cached is not None else self._ids(piece, ascii_text))
         return ids
 
     def window(self, text: str, limit: int = CONTEXT_LENGTH - 2) -> tuple[list[int], bool]:
