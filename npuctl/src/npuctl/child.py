@@ -17,10 +17,6 @@ class ChildResult:
     problem: str = ""  # what went wrong when there is no answer, as the end of a sentence
     started: bool = True  # False: the process could not even be started
 
-    @property
-    def hung(self) -> bool:
-        return self.problem.endswith("(hung)")
-
 
 def run_module(module: str, args: list[str], timeout: float) -> ChildResult:
     """``python -m module args...`` with the running interpreter."""
