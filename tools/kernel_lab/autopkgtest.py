@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import kernels
 from .chroot import Suite, create_chroot
-from .lint import upload_set
+from .upload import upload_set
 
 TOOLS = ("autopkgtest", "autodep8", "dpkg-dev")
 

@@ -5,14 +5,12 @@ host's own lintian (bookworm's) already ran in ``make deb``; a package must be c
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from aipu_build.errors import BuildError, ExitCode
-
 from .chroot import Suite, create_chroot
+from .upload import upload_set
 
 LINT_PACKAGES = ("lintian", "appstream")
 
@@ -24,20 +22,6 @@ class LintResult:
     lintian_output: str
     appstream_output: str
     ok: bool
-
-
-def upload_set(changes: Path) -> list[Path]:
-    """The .changes and every file it names (as dcmd lists them); all must be beside it."""
-    names = re.findall(r"^ [0-9a-f]{32} \d+ \S+ \S+ (\S+)$", changes.read_text(), re.MULTILINE)
-    files = [changes, *(changes.parent / name for name in names)]
-    missing = [path.name for path in files if not path.exists()]
-    if missing:
-        raise BuildError(
-            f"{changes.name} names {', '.join(missing)}, which is not beside it: "
-            "the upload set is incomplete",
-            ExitCode.BUILD,
-        )
-    return files
 
 
 def lint(suite: Suite, changes_files: list[Path], workdir: Path) -> list[LintResult]:

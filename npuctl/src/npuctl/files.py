@@ -25,11 +25,11 @@ def normal_mode() -> int:
     return 0o666 & ~_umask()
 
 
-def write_atomically(target: Path, write: Callable[[Path], None], *, suffix: str = "") -> None:
+def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(temporary_path)``, then rename the result onto ``target``.
 
     The temporary file is removed on every path out (errors, Ctrl-C) except success."""
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     temporary = Path(name)
     try:
         os.fchmod(handle, normal_mode())

@@ -16,9 +16,10 @@ from ..noe.binding import TensorInfo, quantize
 from ..output import emit_json, matrix, table
 from ..params import UTF8_TEXT
 from ..pipelines import clip_image, yolo
-from ..pipelines.clip_tokenizer import CLEANING, CONTEXT_LENGTH, ClipTokenizer, padded
+from ..pipelines.clip_tokenizer import CONTEXT_LENGTH, ClipTokenizer, padded
 from ..pipelines.embeddings import normalise, similarity
 from ..pipelines.images import open_rgb
+from ..pipelines.text_fixes import CLEANING
 
 _model_option = click.option(
     "--model",

@@ -20,9 +20,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from .text_fixes import CLEANING, EXACT, fix_text
-
-__all__ = ["CLEANING", "CONTEXT_LENGTH", "EOT", "EXACT", "SOT", "ClipTokenizer"]
+from .text_fixes import fix_text
 
 SOT = 49406
 EOT = 49407
