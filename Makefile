@@ -93,14 +93,16 @@ lint: $(DEPS_STAMP)
 clean:
 	rm -rf $(BUILD) $(DIST)
 
-## check-kernels: the kernel matrix on Debian's real arm64 kernels (SUITES=a,b to narrow)
-SUITES ?= bookworm,trixie,trixie-backports,sid
+## check-kernels: the kernel matrix on Debian's real arm64 kernels (SUITES=a,b to narrow,
+## KERNELS=linux-headers-X,... to test only those headers packages)
+SUITES ?= bookworm,trixie,trixie-backports,sid,experimental
+KERNELS ?=
 check-kernels: deb patch
 	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build --dist $(BUILD)/next \
 		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
 	version=$$($(BUILD_TOOL) version --upstream); \
 	revision=$$($(BUILD_TOOL) version | sed 's/.*-//'); \
-	$(PY) -m kernel_lab matrix --suites $(SUITES) \
+	$(PY) -m kernel_lab matrix --suites $(SUITES) --kernels "$(KERNELS)" \
 		--deb $(DIST)/aipu-dkms_$${version}-$${revision}_all.deb --version $${version} \
 		--next-deb $(BUILD)/next/aipu-dkms_$${version}+$(NEXT_SUFFIX)-$${revision}_all.deb \
 		--next-version $${version}+$(NEXT_SUFFIX) \

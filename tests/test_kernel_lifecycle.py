@@ -1,9 +1,12 @@
 """The test command's slice of the kernel matrix: one Debian suite end to end on its real
 arm64 kernels. Install with apt (DKMS builds; dkms status, modinfo version and vermagic are
-checked), kernel upgrade (the headers' hook rebuilds), a foreign amd64 kernel (skipped, apt
-succeeds), package upgrade, purge (nothing left), QEMU boot with the DKMS-built module, and
-a -Werror kbuild, and UEFI/ACPI boots with complete and incomplete descriptions of the NPU.
-The full matrix is 'make check-kernels'."""
+checked), kernel upgrade to the 16k-page flavour (the headers' hook rebuilds), a foreign
+amd64 kernel and an older suite's arm64 kernel (both skipped, apt succeeds), package
+upgrade, purge (nothing left), QEMU boots of both page sizes with the DKMS-built module, a
+-Werror kbuild, and UEFI/ACPI boots with complete and incomplete descriptions of the NPU.
+The full matrix, every flavour of every suite, is 'make check-kernels'."""
+
+import dataclasses
 
 import pytest
 
@@ -36,7 +39,8 @@ def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
         next_version=following.version,
         patched_tree=patched_copy(upstream_tree, scratch / "src"),
     )
-    run = SuiteRun(PLANS[DEFAULT_SUITE], packages, scratch / "lab", scratch / "lab.log")
+    plan = dataclasses.replace(PLANS[DEFAULT_SUITE], flavours=("arm64", "arm64-16k"))
+    run = SuiteRun(plan, packages, scratch / "lab", scratch / "lab.log")
     run.run()
     return run
 
@@ -53,9 +57,11 @@ def _cell(run, role, column):
         ("installed", "warnings"),
         ("upgrade", "autoinstall"),
         ("upgrade", "warnings"),
+        ("upgrade", "qemu"),
         ("installed", "qemu"),
         ("installed", "acpi"),
         ("installed", "foreign-skip"),
+        ("installed", "old-kernel-skip"),
         ("installed", "package-upgrade"),
         ("installed", "purge"),
     ],
@@ -71,10 +77,22 @@ def test_installed_module_carries_the_package_version(suite_run, config):
     assert detail.endswith(f"version {config.version}")
 
 
-def test_the_upgrade_is_another_kernel(suite_run):
+def test_the_upgrade_is_the_16k_flavour_of_the_same_abi(suite_run):
     kernels = [row.kernel for row in suite_run.rows]
-    assert len(set(kernels)) == 2
-    assert all(kernel.endswith("arm64") for kernel in kernels)
+    assert len(kernels) == 2
+    assert kernels[0].endswith("-arm64")
+    assert kernels[1] == kernels[0] + "-16k"
+
+
+def test_the_old_kernel_is_older_than_the_minimum(suite_run, config):
+    detail = _cell(suite_run, "installed", "old-kernel-skip").detail
+    assert f"older than kernel.min {config.kernel_min}" in detail
+
+
+def test_each_boot_refuses_the_other_kernels_module(suite_run):
+    kernels = [row.kernel for row in suite_run.rows]
+    for row, other in zip(suite_run.rows, reversed(kernels), strict=True):
+        assert f"the module built for {other} refused" in row.cells["qemu"].detail
 
 
 def test_every_acpi_description_behaves(suite_run):

@@ -35,3 +35,51 @@ def test_kernels_newer_than_tested_max_are_named(config):
 
 def test_no_note_within_the_tested_range():
     assert untested_range(report("6.1.0-56-arm64", "7.3~rc7-arm64")) == []
+
+
+def test_a_skipped_suite_and_an_unknown_kernel_are_said_and_fail_the_report():
+    from kernel_lab.matrix import report_ok
+
+    skipped = report("7.2.13+deb14-arm64")
+    skipped["suites"].append(
+        {
+            "suite": "experimental",
+            "seconds": 1.0,
+            "dkms": "3.2.2",
+            "error": "",
+            "skipped": "its arm64 headers (7.2-1) are not newer than sid's (7.2.13-1)",
+            "log": "x",
+        }
+    )
+    assert report_ok(skipped)
+    assert "experimental: not tested, its arm64 headers" in format_table(skipped)
+    skipped["untested_kernels"] = ["linux-headers-9.9-arm64"]
+    assert not report_ok(skipped)
+    assert "linux-headers-9.9-arm64: no suite of this run carries it" in format_table(skipped)
+
+
+def test_flavour_and_abi_of_every_debian_naming():
+    from kernel_lab.kernels import abi, flavour
+
+    cases = {
+        "6.1.0-56-cloud-arm64": ("6.1.0-56", "cloud-arm64"),
+        "6.12.117+deb13-arm64-16k": ("6.12.117+deb13", "arm64-16k"),
+        "7.2.13+deb14-rt-arm64": ("7.2.13+deb14", "rt-arm64"),
+        "7.3-arm64": ("7.3", "arm64"),
+    }
+    for release, expected in cases.items():
+        assert (abi(release), flavour(release)) == expected
+
+
+def test_kernels_must_be_headers_package_names(tmp_path):
+    from kernel_lab.__main__ import main
+
+    code = main(
+        [
+            "matrix",
+            "--deb", "a.deb", "--version", "1", "--next-deb", "b.deb", "--next-version", "2",
+            "--patched-tree", str(tmp_path), "--workdir", str(tmp_path), "--json", "r.json",
+            "--kernels", "7.3.4+deb13-arm64",
+        ]
+    )  # fmt: skip
+    assert code == 2

@@ -6,6 +6,7 @@ python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -30,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     matrix.add_argument("--workdir", type=Path, required=True)
     matrix.add_argument("--json", type=Path, required=True)
     matrix.add_argument("--jobs", type=int, default=2)
+    matrix.add_argument(
+        "--kernels",
+        default="",
+        help="comma-separated headers packages: test only these, in the suites carrying them",
+    )
     linting = commands.add_parser("lint", help="lintian and appstreamcli of a newer suite")
     linting.add_argument("--suite", default="trixie", choices=sorted(SUITES))
     linting.add_argument("--workdir", type=Path, required=True)
@@ -74,8 +80,18 @@ def main(argv: list[str] | None = None) -> int:
         args.next_version,
         args.patched_tree.resolve(),
     )
+    asked = tuple(name for name in args.kernels.split(",") if name)
+    malformed = [name for name in asked if not name.startswith("linux-headers-")]
+    if malformed:
+        print(
+            f"kernel-lab: {', '.join(malformed)} is not a headers package name; "
+            "give e.g. linux-headers-7.3.4+deb13-arm64-16k",
+            file=sys.stderr,
+        )
+        return 2
+    plans = [dataclasses.replace(PLANS[name], kernels=asked) for name in names]
     report = run_matrix(
-        [PLANS[name] for name in names], packages, args.workdir.resolve(), jobs=args.jobs
+        plans, packages, args.workdir.resolve(), jobs=args.jobs, kernels_asked=asked
     )
     write_report(report, args.json)
     print(format_table(report))

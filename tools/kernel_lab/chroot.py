@@ -7,6 +7,7 @@ kbuild tools (fixdep, modpost) are the amd64 build of the same kernel version.
 
 from __future__ import annotations
 
+import fcntl
 import shlex
 import shutil
 import subprocess
@@ -42,7 +43,14 @@ class Suite:
     release: str  # the base release debootstrap installs
     extra_suites: tuple[str, ...] = ()
     security: bool = True
-    target_release: str | None = None  # apt -t, for backports
+    target_release: str | None = None  # apt -t, for backports and experimental
+
+    @property
+    def archives(self) -> frozenset[str]:
+        """The archive names (apt's "suite" field) whose packages are this suite's own."""
+        if self.target_release:
+            return frozenset({self.target_release})
+        return frozenset({self.release, f"{self.release}-updates", f"{self.release}-security"})
 
     def sources(self) -> str:
         lines = [f"deb {MIRROR} {self.release} main"]
@@ -150,7 +158,9 @@ class Chroot:
 
 
 def base_tarball(suite: Suite) -> Path:
-    return cache_root() / "chroots" / f"{suite.name}.tar.zst"
+    # Keyed by the base release: backports and experimental share their release's base and
+    # get their own sources.list when a chroot is made from it.
+    return cache_root() / "chroots" / f"{suite.release}.tar.zst"
 
 
 def create_chroot(suite: Suite, workdir: Path) -> Chroot:
@@ -161,11 +171,17 @@ def create_chroot(suite: Suite, workdir: Path) -> Chroot:
     if root.exists():
         shutil.rmtree(root)
     tarball = base_tarball(suite)
-    if not tarball.exists():
-        _make_base_tarball(suite, tarball)
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    # Two suites of one release may run in parallel: one makes the base, the other waits.
+    with (tarball.parent / f"{tarball.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tarball.exists():
+            _make_base_tarball(suite, tarball)
     root.mkdir(parents=True)
     subprocess.run(["tar", "--zstd", "-xpf", str(tarball), "-C", str(root)], check=True)
-    return Chroot(root, suite)
+    chroot = Chroot(root, suite)
+    chroot.path("/etc/apt/sources.list").write_text(suite.sources(), encoding="utf-8")
+    return chroot
 
 
 def _make_base_tarball(suite: Suite, tarball: Path) -> None:
@@ -184,7 +200,7 @@ def _make_base_tarball(suite: Suite, tarball: Path) -> None:
                 "(is the Debian archive reachable?)",
                 ExitCode.BUILD,
             )
-        _configure(Chroot(root, suite))
+        _configure(Chroot(root, Suite(suite.release, suite.release, security=suite.security)))
         partial = tarball.with_suffix(".partial")
         subprocess.run(["tar", "--zstd", "-cpf", str(partial), "-C", str(root), "."], check=True)
         partial.replace(tarball)

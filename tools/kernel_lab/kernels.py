@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from aipu_build.errors import BuildError, ExitCode
 
-from .chroot import Chroot
+from .chroot import MIRROR, Chroot
 
 # The only dependencies of linux-headers-*-arm64 kept when it is repacked: its
 # architecture-independent headers and linux-base. The others (an arm64 compiler, kbuild,
@@ -36,10 +37,12 @@ class Kernel:
     compiler: str  # gcc-N-aarch64-linux-gnu
 
 
-def _depends(chroot: Chroot, package: str, target_release: str | None) -> list[str]:
+def _depends(
+    chroot: Chroot, package: str, target_release: str | None, options: Sequence[str] = ()
+) -> list[str]:
     release = ["-t", target_release] if target_release else []
     output = chroot.run(
-        ["apt-cache", *release, "depends", "--no-recommends", "--no-suggests", package]
+        ["apt-cache", *options, *release, "depends", "--no-recommends", "--no-suggests", package]
     ).stdout
     return [
         line.split(":", 1)[1].strip().split(":")[0].strip("<>")
@@ -134,9 +137,51 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
     return target
 
 
-def flavour_of(kernel: Kernel, flavour: str) -> str:
-    """The headers package of the same ABI in another flavour (cloud-arm64, rt-arm64, ...)."""
-    return re.sub(r"-arm64$", f"-{flavour}", kernel.headers)
+_FLAVOUR = re.compile(r"-((?:[a-z]+-)?arm64(?:-[a-z0-9]+)?)$")
+
+
+def flavour(release: str) -> str:
+    """arm64, cloud-arm64, rt-arm64, arm64-16k, ... of a kernel release."""
+    match = _FLAVOUR.search(release)
+    return match[1] if match else release
+
+
+def abi(release: str) -> str:
+    """The part of a release its flavours share: 6.1.0-50, 6.12.107+deb13, 7.3."""
+    return release.removesuffix(f"-{flavour(release)}")
+
+
+def flavours(chroot: Chroot) -> list[str]:
+    """Every arm64 headers metapackage the suite carries (whatever flavours appear next)."""
+    output = chroot.run(
+        [
+            "apt-cache",
+            "search",
+            "--names-only",
+            r"^linux-headers-([a-z][a-z0-9]*-)*arm64(-[a-z0-9]+)*$",
+        ]
+    ).stdout
+    return sorted({line.split(" ", 1)[0] for line in output.splitlines() if line.strip()})
+
+
+def archive_versions(chroot: Chroot, package: str) -> dict[str, str]:
+    """archive (suite) name -> version of an arm64 package, as apt sees the sources."""
+    output = chroot.run(["apt-cache", "madison", f"{package}:arm64"], check=False).stdout
+    versions: dict[str, str] = {}
+    for line in output.splitlines():
+        # "linux-headers-arm64 | 7.3~rc7-1~exp1 | http://deb.debian.org/debian experimental/main
+        # arm64 Packages"
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) == 3 and fields[2].endswith("Packages"):
+            archive = fields[2].split()[1].split("/")[0]
+            versions.setdefault(archive, fields[1])
+    return versions
+
+
+def newer(chroot: Chroot, version: str, than: str) -> bool:
+    return (
+        chroot.run(["dpkg", "--compare-versions", version, "gt", than], check=False).returncode == 0
+    )
 
 
 def previous_abi(chroot: Chroot, current: Kernel, target_release: str | None) -> str:
@@ -163,3 +208,87 @@ def previous_abi(chroot: Chroot, current: Kernel, target_release: str | None) ->
 
 def _numeric(release: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", release.split("-")[0].split("+")[0]))
+
+
+@dataclass(frozen=True)
+class OlderHeaders:
+    """An older suite's arm64 headers installed next to the suite's own kernels."""
+
+    headers: str
+    common: tuple[str, ...]
+    release: str
+    returncode: int  # of apt-get install
+    output: str
+    configured: bool  # dpkg calls the headers package installed, not half-configured
+
+
+def install_older_suite_headers(chroot: Chroot, older_release: str) -> OlderHeaders:
+    """Install ``older_release``'s current arm64 headers with their postinst (the DKMS
+    hook runs), as an old vendor or previous-release kernel sits next to a board's current
+    one. The older suite gets its own apt lists, so the chroot's resolution is untouched."""
+    base = f"/tmp/lab-{older_release}"
+    keyrings = ["/usr/share/keyrings/debian-archive-keyring.gpg"]
+    # An older release's signing key may have moved to the removed-keys keyring.
+    removed = "/usr/share/keyrings/debian-archive-removed-keys.gpg"
+    if chroot.path(removed).exists():
+        keyrings.append(removed)
+    chroot.path(f"{base}/lists/partial").mkdir(parents=True, exist_ok=True)
+    chroot.path(f"{base}/parts").mkdir(parents=True, exist_ok=True)
+    chroot.path(f"{base}/debs").mkdir(parents=True, exist_ok=True)
+    chroot.path(f"{base}/sources.list").write_text(
+        f"deb [arch=arm64 signed-by={','.join(keyrings)}] {MIRROR} {older_release} main\n",
+        encoding="utf-8",
+    )
+    options = [
+        f"-oDir::Etc::SourceList={base}/sources.list",
+        f"-oDir::Etc::SourceParts={base}/parts",
+        f"-oDir::State::Lists={base}/lists",
+        "-oDir::Cache::pkgcache=",
+        "-oDir::Cache::srcpkgcache=",
+    ]
+    chroot.run(["apt-get", *options, "update", "-q", "-oAPT::Update::Error-Mode=any"])
+    headers = next(
+        (
+            name
+            for name in _depends(chroot, "linux-headers-arm64:arm64", None, options)
+            if re.match(r"^linux-headers-\d", name)
+        ),
+        None,
+    )
+    if headers is None:
+        raise BuildError(f"{older_release} has no arm64 headers package", ExitCode.BUILD)
+    common = [
+        name
+        for name in _depends(chroot, f"{headers}:arm64", None, options)
+        if re.match(r"^linux-headers-.*-common", name)
+    ]
+    chroot.run(
+        [
+            "bash",
+            "-c",
+            f'cd {base}/debs && apt-get "$@" download {headers}:arm64 {" ".join(common)}',
+            "download",
+            *options,
+        ]
+    )
+    with tempfile.TemporaryDirectory(prefix="older-headers-") as scratch:
+        downloaded = next(chroot.path(f"{base}/debs").glob(f"{headers}_*.deb"))
+        repacked = _repack_without_foreign_dependencies(downloaded, Path(scratch))
+        chroot.copy_in(repacked, f"{base}/repacked/{repacked.name}")
+    packages = [f"{base}/repacked/{repacked.name}"] + [
+        f"{base}/debs/{path.name}" for path in chroot.path(f"{base}/debs").glob("*-common_*.deb")
+    ]
+    result = chroot.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], check=False
+    )
+    status = chroot.run(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", f"{headers}:arm64"], check=False
+    ).stdout
+    return OlderHeaders(
+        headers=headers,
+        common=tuple(common),
+        release=headers.removeprefix("linux-headers-"),
+        returncode=result.returncode,
+        output=result.stdout + result.stderr,
+        configured=status.strip() == "ii",
+    )

@@ -1,11 +1,12 @@
 """The kernel matrix: for each Debian suite, the package's whole life cycle on real kernels.
 
 Per suite, in a fresh chroot: install the package (DKMS builds for the installed kernel),
-install a second kernel's headers (the automatic rebuild of a kernel upgrade), install amd64
-headers (a foreign kernel must be skipped, apt must succeed), upgrade the package, boot the
-kernels in QEMU with the DKMS-built module, build the patched tree with -Werror, purge.
-Every step is timed and recorded; a failure is a failed row with the first error, never a
-silent pass.
+install the headers of every other arm64 flavour the suite carries (the automatic rebuild
+of a kernel upgrade, once per flavour), install amd64 headers and an older suite's arm64
+headers (kernels the package must skip while apt succeeds), upgrade the package, boot one
+kernel per ABI (and the 16k-page flavour) in QEMU with the DKMS-built module, build the
+patched tree with -Werror for every kernel, purge. Every step is timed and recorded; a
+failure is a failed row with the first error, never a silent pass.
 """
 
 from __future__ import annotations
@@ -20,21 +21,28 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from aipu_build.config import load_config
+
 from . import acpi, kernels, qemu, scenarios
 from .chroot import Chroot, Suite, create_chroot
 from .kernels import Kernel
+
+# A suite whose arm64 kernels are older than kernel.min: its headers sit next to every
+# suite's own, as an old vendor or previous-release kernel does on a board.
+OLDER_SUITE = "bullseye"
 
 COLUMNS = (
     "build",
     "autoinstall",
     "foreign-skip",
+    "old-kernel-skip",
     "package-upgrade",
     "purge",
     "qemu",
     "acpi",
     "warnings",
 )
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -49,7 +57,7 @@ class Cell:
 class Row:
     suite: str
     kernel: str
-    role: str  # installed | upgrade
+    role: str  # installed | upgrade (installed later; its headers' hook builds)
     cells: dict[str, Cell] = field(default_factory=dict)
 
     @property
@@ -68,11 +76,16 @@ class Packages:
 
 @dataclass(frozen=True)
 class Plan:
-    """How a suite's two kernels are chosen: the installed one and the upgrade."""
+    """Which kernels of a suite are tested: the installed one, then every flavour."""
 
     suite: Suite
-    first: str  # "meta" (current ABI) or "previous" (the ABI before it)
-    upgrade: str  # "meta" or a flavour such as "cloud-arm64"
+    first: str  # "meta" (current ABI) or "previous" (the ABI before it, so the next is new)
+    # Run only when the suite's arm64 headers are newer than this archive's (experimental).
+    newer_than: str | None = None
+    # Flavours to test (arm64, cloud-arm64, ...); None: every one the suite carries.
+    flavours: tuple[str, ...] | None = None
+    # Headers packages by name: when given, only these (those the suite carries) are tested.
+    kernels: tuple[str, ...] = ()
 
 
 class SuiteRun:
@@ -85,6 +98,7 @@ class SuiteRun:
         self.rows: list[Row] = []
         self.notes: list[str] = []
         self.dkms_version = ""
+        self.skipped = ""  # why the suite has nothing to test, when it has not
 
     # -- recording ---------------------------------------------------------------------
     def log(self, title: str, text: str) -> None:
@@ -118,10 +132,13 @@ class SuiteRun:
         chroot.refresh_lists()
         release = self.suite.target_release
         self.dkms_version = chroot.run("dkms --version").stdout.strip().split("-")[-1]
-        first, upgrade = self._choose_kernels(chroot)
+        chosen = self._choose_kernels(chroot)
+        if not chosen:
+            return
+        first, *others = chosen
         first_row = Row(self.suite.name, first.release, "installed")
-        upgrade_row = Row(self.suite.name, upgrade.release, "upgrade")
-        self.rows += [first_row, upgrade_row]
+        other_rows = [Row(self.suite.name, kernel.release, "upgrade") for kernel in others]
+        self.rows += [first_row, *other_rows]
         self.log(
             "install headers " + first.headers,
             kernels.install(chroot, first, target_release=release),
@@ -130,54 +147,102 @@ class SuiteRun:
         build = self.cell(first_row, "build", lambda: self._install(chroot, first))
         self.cell(first_row, "warnings", lambda: self._werror(chroot, first))
         first_row.cells["autoinstall"] = Cell("n/a")
-        if build.status == "ok":
-            auto = self.cell(
-                upgrade_row, "autoinstall", lambda: self._kernel_upgrade(chroot, upgrade)
-            )
-            upgrade_row.cells["build"] = Cell(auto.status, 0.0, "built by the autoinstall")
-        else:
-            for column in ("build", "autoinstall"):
-                upgrade_row.cells[column] = Cell("skipped", detail="package install failed")
-        self.cell(upgrade_row, "warnings", lambda: self._werror(chroot, upgrade))
+        for kernel, row in zip(others, other_rows, strict=True):
+            if build.status == "ok":
+                auto = self.cell(
+                    row, "autoinstall", lambda k=kernel: self._kernel_upgrade(chroot, k)
+                )
+                row.cells["build"] = Cell(auto.status, 0.0, "built by the autoinstall")
+            else:
+                for column in ("build", "autoinstall"):
+                    row.cells[column] = Cell("skipped", detail="package install failed")
+            self.cell(row, "warnings", lambda k=kernel: self._werror(chroot, k))
         if build.status != "ok":
             return
 
-        modules = {kernel.release: _module_file(chroot, kernel) for kernel in (first, upgrade)}
-        self.cell(first_row, "qemu", lambda: self._boot(chroot, first, modules, foreign=upgrade))
-        self.cell(first_row, "acpi", lambda: self._boot_acpi(chroot, first, modules))
-        if upgrade.release.split("-")[0] != first.release.split("-")[0]:
-            self.cell(
-                upgrade_row, "qemu", lambda: self._boot(chroot, upgrade, modules, foreign=first)
-            )
-            self.cell(upgrade_row, "acpi", lambda: self._boot_acpi(chroot, upgrade, modules))
-        else:
-            for column in ("qemu", "acpi"):
-                upgrade_row.cells[column] = Cell("n/a", detail="same kernel version as above")
+        modules = {kernel.release: _module_file(chroot, kernel) for kernel in chosen}
+        self._boots(chroot, chosen, [first_row, *other_rows], modules)
+        kept = (first, *others[:1])
+        for kernel in others[1:]:
+            # Only two kernels go on to the package upgrade: it rebuilds for each one.
+            self.log(f"remove headers {kernel.headers}", _remove_headers(chroot, kernel))
 
         self.cell(first_row, "foreign-skip", lambda: self._foreign(chroot))
-        self.cell(
-            first_row, "package-upgrade", lambda: self._package_upgrade(chroot, (first, upgrade))
-        )
+        self.cell(first_row, "old-kernel-skip", lambda: self._older_kernel(chroot))
+        self.cell(first_row, "package-upgrade", lambda: self._package_upgrade(chroot, kept))
         self.cell(first_row, "purge", lambda: self._purge(chroot))
-        for column in ("foreign-skip", "package-upgrade", "purge"):
-            upgrade_row.cells[column] = Cell("n/a", detail="checked on the row above")
+        for row in other_rows:
+            for column in ("foreign-skip", "old-kernel-skip", "package-upgrade", "purge"):
+                row.cells[column] = Cell("n/a", detail="checked on the installed row")
 
-    def _choose_kernels(self, chroot: Chroot) -> tuple[Kernel, Kernel]:
+    def _boots(
+        self,
+        chroot: Chroot,
+        chosen: list[Kernel],
+        rows: list[Row],
+        modules: dict[str, Path | None],
+    ) -> None:
+        """A QEMU boot per ABI, and per page size (the 16k flavour); ACPI once per ABI."""
+        booted: dict[tuple[str, bool], str] = {}
+        acpi_booted: set[str] = set()
+        for kernel, row in zip(chosen, rows, strict=True):
+            key = (kernels.abi(kernel.release), "16k" in kernels.flavour(kernel.release))
+            if key in booted:
+                row.cells["qemu"] = Cell("n/a", detail=f"same ABI and page size as {booted[key]}")
+            else:
+                booted[key] = kernel.release
+                foreign = chosen[1] if kernel is chosen[0] and len(chosen) > 1 else chosen[0]
+                self.cell(
+                    row,
+                    "qemu",
+                    lambda k=kernel, f=foreign: self._boot(
+                        chroot, k, modules, None if f is k else f
+                    ),
+                )
+            if key[1] or key[0] in acpi_booted:
+                row.cells["acpi"] = Cell("n/a", detail="ACPI is booted once per ABI")
+            else:
+                acpi_booted.add(key[0])
+                self.cell(row, "acpi", lambda k=kernel: self._boot_acpi(chroot, k, modules))
+
+    def _choose_kernels(self, chroot: Chroot) -> list[Kernel]:
+        """The installed kernel first, then the others; empty when the suite has none to test."""
         release = self.suite.target_release
+        if self.plan.kernels:
+            names = [
+                name
+                for name in self.plan.kernels
+                if self.suite.archives & set(kernels.archive_versions(chroot, name))
+            ]
+            if not names:
+                self.skipped = "carries none of the kernels asked for"
+            return [kernels.resolve(chroot, name, target_release=release) for name in names]
         meta = kernels.resolve(chroot, target_release=release)
+        if self.plan.newer_than:
+            versions = kernels.archive_versions(chroot, "linux-headers-arm64")
+            ours, theirs = versions.get(release or ""), versions.get(self.plan.newer_than)
+            if ours is None or (theirs is not None and not kernels.newer(chroot, ours, theirs)):
+                self.skipped = (
+                    f"its arm64 headers ({ours or 'none'}) are not newer than "
+                    f"{self.plan.newer_than}'s ({theirs})"
+                )
+                return []
+        first = meta
         if self.plan.first == "previous":
             first = kernels.resolve(
                 chroot, kernels.previous_abi(chroot, meta, release), target_release=release
             )
-        else:
-            first = meta
-        if self.plan.upgrade == "meta":
-            upgrade = meta
-        else:
-            upgrade = kernels.resolve(
-                chroot, kernels.flavour_of(first, self.plan.upgrade), target_release=release
-            )
-        return first, upgrade
+        others: list[Kernel] = []
+        for metapackage in kernels.flavours(chroot):
+            flavour = metapackage.removeprefix("linux-headers-")
+            if self.plan.flavours is not None and flavour not in self.plan.flavours:
+                continue
+            kernel = kernels.resolve(chroot, metapackage, target_release=release)
+            if kernel.release != first.release and kernel not in others:
+                others.append(kernel)
+        # The first flavour's own next kernel leads: it stays for the package upgrade.
+        others.sort(key=lambda kernel: (kernels.flavour(kernel.release) != "arm64", kernel.release))
+        return [first, *others]
 
     # -- steps -------------------------------------------------------------------------
     def _install(self, chroot: Chroot, kernel: Kernel) -> Cell:
@@ -235,24 +300,30 @@ class SuiteRun:
         return Cell("ok", detail="0 warnings (KCFLAGS=-Werror), 0 modpost warnings")
 
     def _boot(
-        self, chroot: Chroot, kernel: Kernel, modules: dict[str, Path | None], foreign: Kernel
+        self,
+        chroot: Chroot,
+        kernel: Kernel,
+        modules: dict[str, Path | None],
+        foreign: Kernel | None,
     ) -> Cell:
         module = modules.get(kernel.release)
         if module is None:
             return Cell("skipped", detail="no module was built for this kernel")
+        foreign_module = modules.get(foreign.release) if foreign else None
         image = qemu.kernel_image(chroot, kernel.release)
-        result = qemu.boot(
-            image, module, qemu.busybox(chroot), modules.get(foreign.release), kernel.release
-        )
+        result = qemu.boot(image, module, qemu.busybox(chroot), foreign_module, kernel.release)
         self.log(f"qemu {kernel.release}", result.console)
-        problems = result.problems(expect_foreign_refusal=modules.get(foreign.release) is not None)
+        problems = result.problems(expect_foreign_refusal=foreign_module is not None)
         if problems:
             return Cell("failed", detail="; ".join(problems[:3]))
-        foreign_checked = modules.get(foreign.release) is not None
         return Cell(
             "ok",
             detail=f"loaded by modalias, insmod, probe, rmmod, {qemu.CYCLES} cycles, "
-            + ("foreign module refused, " if foreign_checked else "no foreign module offered, ")
+            + (
+                f"the module built for {foreign.release} refused, "
+                if foreign and foreign_module
+                else "no foreign module offered, "
+            )
             + "no kernel fault",
         )
 
@@ -302,22 +373,37 @@ class SuiteRun:
         output = result.stdout + result.stderr
         self.log("foreign kernel: linux-headers-amd64", output)
         amd64 = [release for release in scenarios.dkms_status(chroot) if release.endswith("-amd64")]
-        old_dkms = _version_tuple(self.dkms_version) < (3, 2)
-        if result.returncode == 0 and not amd64:
-            return Cell("ok", detail="apt exit 0, kernel skipped (BUILD_EXCLUSIVE)")
         chroot.run(
             "apt-get purge -y -q 'linux-headers-*-amd64' linux-headers-amd64 || "
             "dpkg --purge --force-all $(dpkg-query -W -f='${Package} ' "
             "'linux-headers-*amd64*')",
             check=False,
         )
-        if old_dkms:
-            return Cell(
-                "known-issue",
-                detail=f"dkms {self.dkms_version} fails instead of "
-                f"skipping (apt exit {result.returncode}); fixed in dkms 3.2.2",
-            )
+        if result.returncode == 0 and not amd64:
+            return Cell("ok", detail="apt exit 0, kernel skipped (BUILD_EXCLUSIVE)")
         return Cell("failed", detail=f"apt exit {result.returncode}, dkms states {amd64}")
+
+    def _older_kernel(self, chroot: Chroot) -> Cell:
+        """An older suite's arm64 kernel (older than kernel.min) beside the current one."""
+        older = kernels.install_older_suite_headers(chroot, OLDER_SUITE)
+        self.log(f"older kernel: {older.headers} from {OLDER_SUITE}", older.output)
+        states = scenarios.dkms_status(chroot)
+        chroot.run(["apt-get", "purge", "-y", "-q", f"{older.headers}:arm64", *older.common])
+        minimum = _version_tuple(load_config().kernel_min)
+        if _version_tuple(older.release) >= minimum:
+            return Cell("failed", detail=f"{older.release} is not older than kernel.min")
+        if older.returncode == 0 and older.configured and older.release not in states:
+            return Cell(
+                "ok",
+                detail=f"apt exit 0, {older.release} from {OLDER_SUITE} skipped "
+                f"(older than kernel.min {load_config().kernel_min})",
+            )
+        return Cell(
+            "failed",
+            detail=f"apt exit {older.returncode}, headers "
+            + ("configured" if older.configured else "left half-configured")
+            + f", dkms state {states.get(older.release, 'none')}",
+        )
 
     def _package_upgrade(self, chroot: Chroot, kernel_pair: tuple[Kernel, Kernel]) -> Cell:
         step = scenarios.install_deb(chroot, self.packages.next_deb)
@@ -349,6 +435,13 @@ class SuiteRun:
         return Cell("ok", detail="no aipu.ko, no /usr/src/aipu-*, no DKMS tree")
 
 
+def _remove_headers(chroot: Chroot, kernel: Kernel) -> str:
+    result = chroot.run(
+        f"apt-get purge -y -q --allow-change-held-packages {kernel.headers}:arm64", check=False
+    )
+    return result.stdout + result.stderr
+
+
 def _module_file(chroot: Chroot, kernel: Kernel) -> Path | None:
     modules = scenarios.installed_modules(chroot, kernel)
     if not modules:
@@ -368,7 +461,13 @@ def _one_line(text: str) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def run_matrix(plans: list[Plan], packages: Packages, workdir: Path, jobs: int = 2) -> dict:
+def run_matrix(
+    plans: list[Plan],
+    packages: Packages,
+    workdir: Path,
+    jobs: int = 2,
+    kernels_asked: tuple[str, ...] = (),
+) -> dict:
     """Run every suite (``jobs`` at a time) and return the report."""
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -389,6 +488,7 @@ def run_matrix(plans: list[Plan], packages: Packages, workdir: Path, jobs: int =
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = list(pool.map(execute, runs))
+    tested = {f"linux-headers-{row.kernel}" for run in runs for row in run.rows}
     return {
         "schema": SCHEMA_VERSION,
         "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -401,6 +501,7 @@ def run_matrix(plans: list[Plan], packages: Packages, workdir: Path, jobs: int =
                 "dkms": run.dkms_version,
                 "seconds": round(seconds, 1),
                 "error": error,
+                "skipped": run.skipped,
                 "log": str(run.log_path),
             }
             for run, seconds, error in outcomes
@@ -416,6 +517,7 @@ def run_matrix(plans: list[Plan], packages: Packages, workdir: Path, jobs: int =
             for run, _, _ in outcomes
             for row in run.rows
         ],
+        "untested_kernels": [name for name in kernels_asked if name not in tested],
     }
 
 
@@ -423,6 +525,7 @@ def report_ok(report: dict) -> bool:
     return (
         all(row["ok"] for row in report["rows"])
         and not any(suite["error"] for suite in report["suites"])
+        and not report.get("untested_kernels")
         and bool(report["rows"])
     )
 
@@ -458,7 +561,16 @@ def format_table(report: dict) -> str:
         for suite in report["suites"]
         if suite["error"]
     ]
-    notes = failures + suite_errors + untested_range(report)
+    skipped = [
+        f"  {suite['suite']}: not tested, {suite['skipped']}"
+        for suite in report["suites"]
+        if suite.get("skipped")
+    ]
+    unknown = [
+        f"  {name}: no suite of this run carries it (SUITES= names the suites)"
+        for name in report.get("untested_kernels", [])
+    ]
+    notes = failures + suite_errors + skipped + unknown + untested_range(report)
     out.append(
         f"total {report['seconds']:.0f}s; "
         + ", ".join(
@@ -474,8 +586,6 @@ def format_table(report: dict) -> str:
 def untested_range(report: dict) -> list[str]:
     """Kernels newer than aipu.yaml's kernel.tested_max: the package description must not
     claim them until a matrix has proven them."""
-    from aipu_build.config import load_config
-
     tested_max = _version_tuple(load_config().kernel_tested_max)
     newer = sorted(
         {

@@ -17,17 +17,25 @@ SUITES: dict[str, Suite] = {
             target_release="trixie-backports",
         ),
         Suite(name="sid", release="sid", security=False),
+        Suite(
+            name="experimental",
+            release="sid",
+            extra_suites=("experimental",),
+            security=False,
+            target_release="experimental",
+        ),
     )
 }
 
 # The installed kernel is the suite's current ABI, except in backports, where the previous
-# ABI is installed first so the upgrade is a real version upgrade; elsewhere the upgrade is
-# another flavour of the same ABI.
+# ABI is installed first so the next kernel is a real version upgrade. Every flavour the
+# suite carries follows. Experimental is tested only while it is ahead of sid.
 PLANS: dict[str, Plan] = {
-    "bookworm": Plan(SUITES["bookworm"], first="meta", upgrade="cloud-arm64"),
-    "trixie": Plan(SUITES["trixie"], first="meta", upgrade="rt-arm64"),
-    "trixie-backports": Plan(SUITES["trixie-backports"], first="previous", upgrade="meta"),
-    "sid": Plan(SUITES["sid"], first="meta", upgrade="cloud-arm64"),
+    "bookworm": Plan(SUITES["bookworm"], first="meta"),
+    "trixie": Plan(SUITES["trixie"], first="meta"),
+    "trixie-backports": Plan(SUITES["trixie-backports"], first="previous"),
+    "sid": Plan(SUITES["sid"], first="meta"),
+    "experimental": Plan(SUITES["experimental"], first="meta", newer_than="sid"),
 }
 
 # The suite the test command checks end to end: its dkms (>= 3.2) skips foreign kernels.
