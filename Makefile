@@ -1,5 +1,6 @@
 # Entry points of the project. 'make deb' builds the packages, 'make test' runs the tests.
 # Upstream source: UPSTREAM_GIT=<clone path or URL> or UPSTREAM_TARBALL=<file> (see README).
+# PACKAGE=<driver package> (a folder of packages/) for fetch, patch, quilt-tree and module.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -9,12 +10,14 @@ SHELL := /bin/bash
 NEXT_SUFFIX := lab1
 VENV := .venv
 PY := $(VENV)/bin/python
-BUILD_TOOL := $(PY) -m aipu_build
+BUILD_TOOL := $(PY) -m pipeline
 BUILD := build
 DIST := dist
 DEPS_STAMP := $(VENV)/.deps-installed
 
-export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE
+PACKAGE ?= aipu-dkms
+
+export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb lint-debian autopkgtest piuparts module test test-oldest \
 	lint check-kernels bench clean
@@ -24,21 +27,26 @@ $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
 	tools/install-deps.sh
 	touch $@
 
-## fetch: get, verify (git tree id) and cache the pinned upstream driver subtree
+## fetch: get, verify (git tree id) and cache every driver package's pinned upstream source
 fetch: $(DEPS_STAMP)
-	$(BUILD_TOOL) fetch
+	for package in $$($(BUILD_TOOL) packages); do \
+		$(BUILD_TOOL) --package $$package fetch; done
 
-## patch: write upstream + patches/ to build/src (for reading or a plain kbuild)
+## patch: write PACKAGE's upstream + patches to build/src (for reading or a plain kbuild)
 patch: $(DEPS_STAMP)
-	$(BUILD_TOOL) patch $(BUILD)/src
+	$(BUILD_TOOL) --package $(PACKAGE) patch $(BUILD)/src
 
-## quilt-tree: a quilt working tree in build/quilt to edit or refresh patches/
+## quilt-tree: a quilt working tree of PACKAGE in build/quilt to edit or refresh its patches
 quilt-tree: $(DEPS_STAMP)
-	tools/quilt-tree.sh "$$($(BUILD_TOOL) fetch)" $(BUILD)/quilt
+	tools/quilt-tree.sh "$$($(BUILD_TOOL) --package $(PACKAGE) fetch)" $(BUILD)/quilt \
+		packages/$(PACKAGE)/patches
 
-## deb: the Debian source and binary packages (aipu-dkms, npuctl) in dist/, lintian clean
+## deb: the Debian source and binary packages (every driver package, npuctl) in dist/,
+## lintian clean
 deb: $(DEPS_STAMP)
-	$(BUILD_TOOL) deb --build-dir $(BUILD) --dist $(DIST)
+	for package in $$($(BUILD_TOOL) packages); do \
+		$(BUILD_TOOL) --package $$package deb --build-dir $(BUILD)/$$package --dist $(DIST); \
+	done
 	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/npuctl --dist $(DIST)
 
 ## lint-debian: a newer Debian's lintian and appstreamcli on dist/, in a chroot (root)
@@ -53,7 +61,7 @@ autopkgtest: deb
 
 ## piuparts: install, upgrade N -> N+1 and purge of both packages, nothing left (root)
 piuparts: deb
-	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build --dist $(BUILD)/next \
+	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build/aipu-dkms --dist $(BUILD)/next \
 		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
 	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/next-build/npuctl --dist $(BUILD)/next \
 		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
@@ -93,20 +101,22 @@ lint: $(DEPS_STAMP)
 clean:
 	rm -rf $(BUILD) $(DIST)
 
-## check-kernels: the kernel matrix on Debian's real arm64 kernels (SUITES=a,b to narrow,
-## KERNELS=linux-headers-X,... to test only those headers packages)
+## check-kernels: the kernel matrix on Debian's real arm64 kernels, every driver package
+## (SUITES=a,b to narrow, KERNELS=linux-headers-X,... to test only those headers packages,
+## PACKAGES=rocket-dkms,... to test only those driver packages)
 SUITES ?= bookworm,trixie,trixie-backports,sid,experimental
 KERNELS ?=
-check-kernels: deb patch
-	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build --dist $(BUILD)/next \
-		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
-	version=$$($(BUILD_TOOL) version --upstream); \
-	revision=$$($(BUILD_TOOL) version | sed 's/.*-//'); \
-	$(PY) -m kernel_lab matrix --suites $(SUITES) --kernels "$(KERNELS)" \
-		--deb $(DIST)/aipu-dkms_$${version}-$${revision}_all.deb --version $${version} \
-		--next-deb $(BUILD)/next/aipu-dkms_$${version}+$(NEXT_SUFFIX)-$${revision}_all.deb \
-		--next-version $${version}+$(NEXT_SUFFIX) \
-		--patched-tree $(BUILD)/src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
+PACKAGES ?=
+check-kernels: deb
+	packages="$(PACKAGES)"; packages=$${packages:-$$($(BUILD_TOOL) packages | paste -sd,)}; \
+	for package in $${packages//,/ }; do \
+		$(BUILD_TOOL) --package $$package deb --build-dir $(BUILD)/next-build/$$package \
+			--dist $(BUILD)/next --version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null; \
+		$(BUILD_TOOL) --package $$package patch $(BUILD)/lab-src/$$package >/dev/null; \
+	done; \
+	$(PY) -m kernel_lab matrix --suites $(SUITES) --kernels "$(KERNELS)" --packages $$packages \
+		--dist $(DIST) --next-dist $(BUILD)/next --next-suffix $(NEXT_SUFFIX) \
+		--src-dir $(BUILD)/lab-src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
 
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations
 bench: $(DEPS_STAMP)

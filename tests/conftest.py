@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build.config import Config, load_config
-from aipu_build.fetch import cache_root, find_upstream
+from pipeline.config import Config, load_config
+from pipeline.fetch import cache_root, find_upstream
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def upstream_tree(config: Config) -> Path:
 @pytest.fixture(scope="session")
 def built_packages(config: Config, upstream_tree: Path, tmp_path_factory) -> dict[str, Path]:
     """The Debian packages built once per session (lintian runs as part of the build)."""
-    from aipu_build.package import build_packages
+    from pipeline.package import build_packages
 
     build_dir = tmp_path_factory.mktemp("build")
     dist = tmp_path_factory.mktemp("dist")

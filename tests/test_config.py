@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build.config import kernel_min_regex, load_config
-from aipu_build.errors import BuildError, ExitCode
+from pipeline.config import kernel_min_regex, load_config
+from pipeline.errors import BuildError, ExitCode
 
 
 def test_version_records_upstream_snapshot(config):
@@ -67,7 +67,7 @@ def test_bad_kernel_minimum_is_one_clear_error():
 
 def test_missing_key_names_the_key(tmp_path: Path):
     text = Path(load_config.__globals__["DEFAULT_CONFIG"]).read_text(encoding="utf-8")
-    broken = tmp_path / "aipu.yaml"
+    broken = tmp_path / "package.yaml"
     broken.write_text(re.sub(r"(?m)^  module: .*\n", "", text), encoding="utf-8")
     with pytest.raises(BuildError) as raised:
         load_config(broken)
@@ -77,7 +77,7 @@ def test_missing_key_names_the_key(tmp_path: Path):
 
 def test_invalid_commit_is_rejected(tmp_path: Path):
     text = Path(load_config.__globals__["DEFAULT_CONFIG"]).read_text(encoding="utf-8")
-    broken = tmp_path / "aipu.yaml"
+    broken = tmp_path / "package.yaml"
     broken.write_text(re.sub(r"commit: [0-9a-f]{40}", "commit: main", text), encoding="utf-8")
     with pytest.raises(BuildError, match=r"upstream\.commit"):
         load_config(broken)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build import fetch
-from aipu_build.errors import BuildError, ExitCode
+from pipeline import fetch
+from pipeline.errors import BuildError, ExitCode
 
 from .conftest import run
 
@@ -50,7 +50,7 @@ def fake_upstream(tmp_path: Path, config):
     pinned = dataclasses.replace(
         config,
         upstream=dataclasses.replace(
-            config.upstream, commit=commit, tree_id=tree_id, subtree=SUBTREE
+            config.upstream, commit=commit, tree_id=tree_id, paths=(SUBTREE,)
         ),
     )
     return repo, pinned
@@ -162,7 +162,7 @@ def test_cli_reports_one_line_and_exit_code(tmp_path, private_cache):
     result = run(
         sys.executable,
         "-m",
-        "aipu_build",
+        "pipeline",
         "fetch",
         env={
             **os.environ,
@@ -172,12 +172,12 @@ def test_cli_reports_one_line_and_exit_code(tmp_path, private_cache):
     )
     assert result.returncode == ExitCode.UPSTREAM
     assert result.stderr.count("\n") == 1
-    assert result.stderr.startswith("aipu-build: error: UPSTREAM_GIT=")
+    assert result.stderr.startswith("pipeline: error: UPSTREAM_GIT=")
     assert "Traceback" not in result.stderr
 
 
 def test_exit_codes_of_the_build_tool_and_of_make(tmp_path):
-    """The build tool's code is kept by 'python -m aipu_build'; make turns every failure into
+    """The build tool's code is kept by 'python -m pipeline'; make turns every failure into
     2 (README: exit codes of the build tool)."""
     root = Path(__file__).resolve().parents[1]
     env = {
@@ -186,10 +186,10 @@ def test_exit_codes_of_the_build_tool_and_of_make(tmp_path):
         "UPSTREAM_GIT": str(tmp_path / "no-such-clone"),
     }
     direct = subprocess.run(
-        [sys.executable, "-m", "aipu_build", "fetch"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "pipeline", "fetch"], capture_output=True, text=True, env=env
     )
     assert direct.returncode == 4, direct.stderr
-    assert direct.stderr.startswith("aipu-build: error: ")
+    assert direct.stderr.startswith("pipeline: error: ")
     through_make = subprocess.run(
         ["make", "--no-print-directory", "-C", str(root), "fetch"],
         capture_output=True,
@@ -197,4 +197,4 @@ def test_exit_codes_of_the_build_tool_and_of_make(tmp_path):
         env=env,
     )
     assert through_make.returncode == 2
-    assert "aipu-build: error: " in through_make.stderr
+    assert "pipeline: error: " in through_make.stderr

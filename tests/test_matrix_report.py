@@ -25,10 +25,10 @@ def test_kernels_newer_than_tested_max_are_named(config):
     assert config.kernel_tested_max == "7.3"
     notes = untested_range(report("6.12.117+deb13-arm64", "7.3.4+deb13-arm64", "7.4.1+deb14-arm64"))
     assert notes == [
-        "  7.4.1+deb14-arm64 is newer than kernel.tested_max (7.3) in aipu.yaml: "
-        "raise it once this matrix passes"
+        "  7.4.1+deb14-arm64 is newer than aipu-dkms's kernel.tested_max (7.3) in "
+        "packages/aipu-dkms/package.yaml: raise it once this matrix passes"
     ]
-    assert "7.4.1+deb14-arm64 is newer than kernel.tested_max" in format_table(
+    assert "7.4.1+deb14-arm64 is newer than aipu-dkms's kernel.tested_max" in format_table(
         report("7.4.1+deb14-arm64")
     )
 
@@ -77,9 +77,37 @@ def test_kernels_must_be_headers_package_names(tmp_path):
     code = main(
         [
             "matrix",
-            "--deb", "a.deb", "--version", "1", "--next-deb", "b.deb", "--next-version", "2",
-            "--patched-tree", str(tmp_path), "--workdir", str(tmp_path), "--json", "r.json",
+            "--dist", str(tmp_path), "--next-dist", str(tmp_path), "--next-suffix", "lab1",
+            "--src-dir", str(tmp_path), "--workdir", str(tmp_path), "--json", "r.json",
             "--kernels", "7.3.4+deb13-arm64",
         ]
     )  # fmt: skip
     assert code == 2
+
+
+def test_missing_build_output_is_one_line(tmp_path, capsys):
+    from kernel_lab.__main__ import main
+
+    code = main(
+        [
+            "matrix", "--packages", "aipu-dkms,rocket-dkms",
+            "--dist", str(tmp_path), "--next-dist", str(tmp_path), "--next-suffix", "lab1",
+            "--src-dir", str(tmp_path), "--workdir", str(tmp_path), "--json", "r.json",
+        ]
+    )  # fmt: skip
+    assert code == 2
+    assert "missing: run 'make check-kernels'" in capsys.readouterr().err
+
+
+def test_an_excluded_kernel_is_a_clean_row():
+    excluded = report("7.2.13+deb14-arm64")
+    excluded["rows"][0]["package"] = "rocket-dkms"
+    excluded["rows"][0]["cells"]["build"] = {
+        "status": "excluded",
+        "seconds": 1.0,
+        "detail": "skipped, as the gate says: CONFIG_DRM_ACCEL is off",
+    }
+    excluded["rows"][0]["ok"] = True
+    table = format_table(excluded)
+    assert "rocket-dkms" in table and "excl 1s" in table
+    assert "notes:" not in table

@@ -11,7 +11,7 @@ from .test_package import _contents, _field
 
 @pytest.fixture(scope="module")
 def npuctl_deb(config, tmp_path_factory):
-    from aipu_build.npuctl_package import build_npuctl_package
+    from pipeline.npuctl_package import build_npuctl_package
 
     artifacts = build_npuctl_package(
         config, tmp_path_factory.mktemp("npuctl-build"), tmp_path_factory.mktemp("npuctl-dist")

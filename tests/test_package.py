@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build.fetch import git_tree_id
-from aipu_build.package import orig_tarball
+from pipeline.fetch import git_tree_id
+from pipeline.package import orig_tarball
 
 from .conftest import run
 
@@ -163,8 +163,8 @@ def test_changelog_records_the_version(built_packages, config, tmp_path):
 
 
 def test_missing_build_tool_is_one_clear_error(config, upstream_tree, tmp_path, monkeypatch):
-    from aipu_build.errors import BuildError, ExitCode
-    from aipu_build.package import build_packages
+    from pipeline.errors import BuildError, ExitCode
+    from pipeline.package import build_packages
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
     with pytest.raises(BuildError) as raised:
@@ -193,9 +193,9 @@ def test_the_autopkgtest_really_builds_for_an_arm64_kernel(built_packages, tmp_p
 def test_piuparts_installs_upgrades_and_purges_both_packages(
     built_packages, config, upstream_tree, tmp_path
 ):
-    from aipu_build.npuctl_package import build_npuctl_package
-    from aipu_build.package import build_packages
     from kernel_lab import piuparts
+    from pipeline.npuctl_package import build_npuctl_package
+    from pipeline.package import build_packages
 
     from .conftest import require_chroot_support
 

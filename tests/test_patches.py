@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build.errors import BuildError, ExitCode
-from aipu_build.fetch import git_tree_id
-from aipu_build.patching import PATCHES_DIR, patched_copy, quilt, series
+from pipeline.errors import BuildError, ExitCode
+from pipeline.fetch import git_tree_id
+from pipeline.patching import PATCHES_DIR, patched_copy, quilt, series
 
 DEP3_FIELDS = ("Description", "Author", "Origin", "Forwarded", "Last-Update")
 

@@ -1,4 +1,4 @@
-"""dkms.conf and the provision files rendered from aipu.yaml."""
+"""dkms.conf and the udev rules rendered from each driver package's package.yaml."""
 
 import re
 import subprocess
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build.render import (
+from pipeline.config import load_package
+from pipeline.render import (
     DKMS_TEMPLATE,
     render_file,
     template_context,
@@ -14,7 +15,6 @@ from aipu_build.render import (
     write_dkms_conf,
 )
 
-PROVISION = Path(__file__).resolve().parents[1] / "provision"
 DEPRECATED = ("CLEAN", "REMAKE_INITRD", "MODULES_CONF", "OBSOLETE_BY", "BUILD_EXCLUSIVE_ARCH")
 
 
@@ -71,7 +71,7 @@ def test_dkms_conf_passes_package_version_to_modinfo(dkms_conf):
 
 
 def test_udev_rule_is_not_world_writable(config):
-    rule = render_file(PROVISION / "udev" / "60-aipu.rules.j2", template_context(config))
+    rule = render_file(config.udev_template, template_context(config))
     match = [line for line in rule.splitlines() if line and not line.startswith("#")]
     assert len(match) == 1
     assert 'SUBSYSTEM=="misc", KERNEL=="aipu"' in match[0]
@@ -142,3 +142,63 @@ def test_dkms_3_0_autoinstall_keeps_a_supported_kernel(dkms_conf, tmp_path):
         check=True,
     )
     assert result.stdout == "yes"
+
+
+@pytest.fixture
+def rocket_conf(tmp_path: Path) -> Path:
+    path = tmp_path / "rocket" / "dkms.conf"
+    write_dkms_conf(load_package("rocket-dkms"), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kernel_config", "expected"),
+    [
+        # trixie-backports 7.3.4: the accel core, no rocket.
+        (
+            "CONFIG_ARM64=y\nCONFIG_DRM_ACCEL=y\nCONFIG_DRM_SCHED=m\nCONFIG_DRM_GEM_SHMEM_HELPER=m\n",
+            "yes",
+        ),
+        # sid 7.2: no accel core.
+        ("CONFIG_ARM64=y\n# CONFIG_DRM_ACCEL is not set\nCONFIG_DRM_SCHED=m\n", ""),
+        # a kernel that builds rocket itself.
+        (
+            "CONFIG_ARM64=y\nCONFIG_DRM_ACCEL=y\nCONFIG_DRM_SCHED=m\n"
+            "CONFIG_DRM_GEM_SHMEM_HELPER=m\nCONFIG_DRM_ACCEL_ROCKET=m\n",
+            "",
+        ),
+    ],
+)
+def test_rocket_builds_only_where_accel_is_on_and_rocket_is_not(
+    rocket_conf, tmp_path, kernel_config, expected
+):
+    release = "7.3.4+deb13-arm64"
+    build = tmp_path / "lib" / "modules" / release / "build"
+    build.mkdir(parents=True)
+    (build / ".config").write_text(kernel_config)
+    moved = tmp_path / "dkms.conf"
+    moved.write_text(rocket_conf.read_text().replace("/lib/modules/", f"{tmp_path}/lib/modules/"))
+    script = f'. "{moved}"; printf "%s|%s" "$AUTOINSTALL" "$BUILD_EXCLUSIVE_CONFIG"'
+    result = subprocess.run(
+        ["bash", "-c", script, "dkms", "autoinstall", "-k", release],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    autoinstall, gate = result.stdout.split("|")
+    assert autoinstall == expected
+    assert gate.split() == [
+        "CONFIG_ARM64",
+        "CONFIG_DRM_ACCEL",
+        "CONFIG_DRM_SCHED",
+        "CONFIG_DRM_GEM_SHMEM_HELPER",
+        "!CONFIG_DRM_ACCEL_ROCKET",
+    ]
+
+
+def test_rocket_passes_its_version_and_gives_accel_to_render(rocket_conf):
+    assert "ROCKET_MODULE_VERSION=#MODULE_VERSION#" in _source(rocket_conf, "aarch64", "MAKE[0]")
+    config = load_package("rocket-dkms")
+    rule = render_file(config.udev_template, template_context(config))
+    lines = [line for line in rule.splitlines() if line and not line.startswith("#")]
+    assert lines == ['SUBSYSTEM=="accel", KERNEL=="accel[0-9]*", GROUP="render", MODE="0660"']

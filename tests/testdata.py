@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aipu_build.fetch import cache_root
+from pipeline.fetch import cache_root
 
 
 @dataclass(frozen=True)

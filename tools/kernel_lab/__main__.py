@@ -10,9 +10,11 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from aipu_build.errors import BuildError
+from pipeline.config import load_package
+from pipeline.errors import BuildError, ExitCode
 
 from . import autopkgtest, piuparts
+from .drivers import DRIVERS
 from .lint import lint
 from .matrix import Packages, format_table, report_ok, run_matrix, write_report
 from .suites import PLANS, SUITES
@@ -23,11 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     matrix = commands.add_parser("matrix", help="run the kernel matrix")
     matrix.add_argument("--suites", default=",".join(PLANS), help="comma-separated suites")
-    matrix.add_argument("--deb", type=Path, required=True)
-    matrix.add_argument("--version", required=True)
-    matrix.add_argument("--next-deb", type=Path, required=True)
-    matrix.add_argument("--next-version", required=True)
-    matrix.add_argument("--patched-tree", type=Path, required=True)
+    matrix.add_argument(
+        "--packages", default="aipu-dkms", help="comma-separated driver packages (first: lead)"
+    )
+    matrix.add_argument("--dist", type=Path, required=True, help="where version N's debs are")
+    matrix.add_argument("--next-dist", type=Path, required=True, help="version N+1's debs")
+    matrix.add_argument("--next-suffix", required=True, help="N+1 is <version>+SUFFIX")
+    matrix.add_argument("--src-dir", type=Path, required=True, help="patched trees by package")
     matrix.add_argument("--workdir", type=Path, required=True)
     matrix.add_argument("--json", type=Path, required=True)
     matrix.add_argument("--jobs", type=int, default=2)
@@ -73,13 +77,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    packages = Packages(
-        args.deb.resolve(),
-        args.version,
-        args.next_deb.resolve(),
-        args.next_version,
-        args.patched_tree.resolve(),
-    )
     asked = tuple(name for name in args.kernels.split(",") if name)
     malformed = [name for name in asked if not name.startswith("linux-headers-")]
     if malformed:
@@ -89,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        packages = packages_under_test(args)
+    except BuildError as error:
+        print(f"kernel-lab: {error}", file=sys.stderr)
+        return 2
     plans = [dataclasses.replace(PLANS[name], kernels=asked) for name in names]
     report = run_matrix(
         plans, packages, args.workdir.resolve(), jobs=args.jobs, kernels_asked=asked
@@ -97,6 +99,37 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(report))
     print(f"report: {args.json}")
     return 0 if report_ok(report) else 1
+
+
+def packages_under_test(args: argparse.Namespace) -> list[Packages]:
+    """Version N, N+1 and the patched tree of each driver package, from the build output."""
+    builds = []
+    for name in (name for name in args.packages.split(",") if name):
+        if name not in DRIVERS:
+            raise BuildError(f"unknown package {name}; known: {', '.join(DRIVERS)}", ExitCode.USAGE)
+        config = load_package(name)
+        following = config.with_local_suffix(args.next_suffix)
+        deb = args.dist / f"{name}_{config.debian_version}_all.deb"
+        next_deb = args.next_dist / f"{name}_{following.debian_version}_all.deb"
+        tree = args.src_dir / name
+        missing = [str(path) for path in (deb, next_deb, tree) if not path.exists()]
+        if missing:
+            raise BuildError(
+                f"{', '.join(missing)} missing: run 'make check-kernels'", ExitCode.USAGE
+            )
+        builds.append(
+            Packages(
+                deb.resolve(),
+                config.version,
+                next_deb.resolve(),
+                following.version,
+                tree.resolve(),
+                DRIVERS[name],
+                config.kernel_config_gate,
+                config.kernel_regex,
+            )
+        )
+    return builds
 
 
 def autopkgtest_command(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from aipu_build.tools import require_tool
+from pipeline.tools import require_tool
 
 from .qemu import BootResult
 

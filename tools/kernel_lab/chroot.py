@@ -17,9 +17,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from aipu_build.errors import BuildError, ExitCode
-from aipu_build.fetch import cache_root
-from aipu_build.tools import last_line, require_tool
+from pipeline.errors import BuildError, ExitCode
+from pipeline.fetch import cache_root
+from pipeline.tools import last_line, require_tool
 
 MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aipu_build.errors import BuildError, ExitCode
+from pipeline.errors import BuildError, ExitCode
 
 from .chroot import MIRROR, Chroot
 
@@ -131,8 +131,9 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
     lines = rewritten
     control.write_text("\n".join(lines) + "\n", encoding="utf-8")
     target = scratch / deb.name
+    # Uncompressed: it is installed once, right away; xz would cost seconds per kernel.
     subprocess.run(
-        ["dpkg-deb", "-Zxz", "-b", str(unpacked), str(target)], check=True, capture_output=True
+        ["dpkg-deb", "-Znone", "-b", str(unpacked), str(target)], check=True, capture_output=True
     )
     return target
 
@@ -226,7 +227,9 @@ def install_older_suite_headers(chroot: Chroot, older_release: str) -> OlderHead
     """Install ``older_release``'s current arm64 headers with their postinst (the DKMS
     hook runs), as an old vendor or previous-release kernel sits next to a board's current
     one. The older suite gets its own apt lists, so the chroot's resolution is untouched."""
-    base = f"/tmp/lab-{older_release}"
+    # In the suite's apt cache (kept between runs): later runs refresh the lists cheaply and
+    # download nothing again.
+    base = f"/var/cache/apt/archives/lab-{older_release}"
     keyrings = ["/usr/share/keyrings/debian-archive-keyring.gpg"]
     # An older release's signing key may have moved to the removed-keys keyring.
     removed = "/usr/share/keyrings/debian-archive-removed-keys.gpg"
@@ -292,3 +295,25 @@ def install_older_suite_headers(chroot: Chroot, older_release: str) -> OlderHead
         output=result.stdout + result.stderr,
         configured=status.strip() == "ii",
     )
+
+
+def gate_misses(
+    chroot: Chroot, release: str, gate: Sequence[str], release_regex: str = ""
+) -> list[str]:
+    """Why dkms.conf's gate (BUILD_EXCLUSIVE_CONFIG, "!" for must-be-absent, and
+    BUILD_EXCLUSIVE_KERNEL) excludes this kernel; empty when the package must build for it."""
+    misses = []
+    if release_regex and not re.search(release_regex, release):
+        misses.append(f"{release} is older than the package's kernel.min")
+    config_file = chroot.path(f"/lib/modules/{release}/build/.config")
+    config = (
+        config_file.read_text(encoding="utf-8", errors="replace") if config_file.exists() else ""
+    )
+    for option in gate:
+        name = option.removeprefix("!")
+        present = re.search(rf"(?m)^{re.escape(name)}=[ym]", config) is not None
+        if option.startswith("!") and present:
+            misses.append(f"{name} is set")
+        elif not option.startswith("!") and not present:
+            misses.append(f"{name} is off")
+    return misses

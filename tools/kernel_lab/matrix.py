@@ -21,15 +21,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from aipu_build.config import load_config
+from pipeline.config import load_package
 
 from . import acpi, kernels, qemu, scenarios
 from .chroot import Chroot, Suite, create_chroot
+from .drivers import AIPU, Driver
 from .kernels import Kernel
 
 # A suite whose arm64 kernels are older than kernel.min: its headers sit next to every
 # suite's own, as an old vendor or previous-release kernel does on a board.
 OLDER_SUITE = "bullseye"
+# Relative run time of the suites (backports has two ABIs), for scheduling only.
+SUITE_WEIGHT = {"trixie-backports": 3, "trixie": 2, "sid": 2}
 
 COLUMNS = (
     "build",
@@ -42,12 +45,14 @@ COLUMNS = (
     "acpi",
     "warnings",
 )
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass
 class Cell:
-    status: str  # ok | failed | skipped | known-issue | n/a
+    # ok | failed | skipped | known-issue | n/a | excluded (outside the package's kernel
+    # gate and skipped cleanly, as it must be)
+    status: str
     seconds: float = 0.0
     detail: str = ""
     parts: dict[str, str] = field(default_factory=dict)  # e.g. one result per ACPI variant
@@ -58,20 +63,32 @@ class Row:
     suite: str
     kernel: str
     role: str  # installed | upgrade (installed later; its headers' hook builds)
+    package: str = "aipu-dkms"
     cells: dict[str, Cell] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return all(cell.status in ("ok", "n/a", "known-issue") for cell in self.cells.values())
+        return all(
+            cell.status in ("ok", "n/a", "known-issue", "excluded") for cell in self.cells.values()
+        )
 
 
 @dataclass(frozen=True)
 class Packages:
+    """One driver package under test: version N, version N+1 and its patched tree."""
+
     deb: Path
     version: str
     next_deb: Path
     next_version: str
     patched_tree: Path
+    driver: Driver = AIPU
+    gate: tuple[str, ...] = ("CONFIG_ARM64",)  # dkms.conf's BUILD_EXCLUSIVE_CONFIG
+    kernel_regex: str = ""  # dkms.conf's BUILD_EXCLUSIVE_KERNEL
+
+    @property
+    def name(self) -> str:
+        return self.driver.package
 
 
 @dataclass(frozen=True)
@@ -89,10 +106,19 @@ class Plan:
 
 
 class SuiteRun:
-    def __init__(self, plan: Plan, packages: Packages, workdir: Path, log: Path) -> None:
+    """One suite's chroot: every driver package through the life cycle on every kernel."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        packages: Packages | list[Packages],
+        workdir: Path,
+        log: Path,
+    ) -> None:
         self.plan = plan
         self.suite = plan.suite
-        self.packages = packages
+        self.builds = packages if isinstance(packages, list) else [packages]
+        self.packages = self.builds[0]
         self.workdir = workdir
         self.log_path = log
         self.rows: list[Row] = []
@@ -136,44 +162,102 @@ class SuiteRun:
         if not chosen:
             return
         first, *others = chosen
-        first_row = Row(self.suite.name, first.release, "installed")
-        other_rows = [Row(self.suite.name, kernel.release, "upgrade") for kernel in others]
-        self.rows += [first_row, *other_rows]
+        rows = {
+            (build.name, kernel.release): Row(
+                self.suite.name,
+                kernel.release,
+                "installed" if kernel is first else "upgrade",
+                build.name,
+            )
+            for build in self.builds
+            for kernel in chosen
+        }
+        self.rows += list(rows.values())
         self.log(
             "install headers " + first.headers,
             kernels.install(chroot, first, target_release=release),
         )
 
-        build = self.cell(first_row, "build", lambda: self._install(chroot, first))
-        self.cell(first_row, "warnings", lambda: self._werror(chroot, first))
-        first_row.cells["autoinstall"] = Cell("n/a")
-        for kernel, row in zip(others, other_rows, strict=True):
-            if build.status == "ok":
-                auto = self.cell(
-                    row, "autoinstall", lambda k=kernel: self._kernel_upgrade(chroot, k)
-                )
-                row.cells["build"] = Cell(auto.status, 0.0, "built by the autoinstall")
-            else:
-                for column in ("build", "autoinstall"):
-                    row.cells[column] = Cell("skipped", detail="package install failed")
-            self.cell(row, "warnings", lambda k=kernel: self._werror(chroot, k))
-        if build.status != "ok":
+        installed: dict[str, bool] = {}
+        for build in self.builds:
+            row = rows[build.name, first.release]
+            cell = self.cell(row, "build", lambda b=build: self._install(chroot, first, b))
+            installed[build.name] = cell.status in ("ok", "excluded")
+            self._warnings(chroot, first, build, row)
+            row.cells["autoinstall"] = Cell("n/a")
+        for kernel in others:
+            output, spent = "", 0.0
+            if any(installed.values()):
+                started = time.monotonic()
+                output = kernels.install(chroot, kernel, target_release=release)
+                self.log("kernel upgrade: install headers " + kernel.headers, output)
+                spent = round(time.monotonic() - started, 1)
+            for build in self.builds:
+                row = rows[build.name, kernel.release]
+                if installed[build.name]:
+                    auto = self.cell(
+                        row,
+                        "autoinstall",
+                        lambda k=kernel, b=build, o=output: self._autoinstalled(chroot, k, b, o),
+                    )
+                    auto.seconds = round(auto.seconds + spent, 1)
+                    row.cells["build"] = Cell(auto.status, 0.0, "by the autoinstall")
+                else:
+                    for column in ("build", "autoinstall"):
+                        row.cells[column] = Cell("skipped", detail="package install failed")
+                self._warnings(chroot, kernel, build, row)
+        if not installed[self.packages.name]:
             return
 
-        modules = {kernel.release: _module_file(chroot, kernel) for kernel in chosen}
-        self._boots(chroot, chosen, [first_row, *other_rows], modules)
+        for build in self.builds:
+            if installed[build.name]:
+                modules = {k.release: _module_file(chroot, k, build) for k in chosen}
+                self._boots(
+                    chroot, chosen, [rows[build.name, k.release] for k in chosen], modules, build
+                )
         kept = (first, *others[:1])
         for kernel in others[1:]:
             # Only two kernels go on to the package upgrade: it rebuilds for each one.
             self.log(f"remove headers {kernel.headers}", _remove_headers(chroot, kernel))
 
-        self.cell(first_row, "foreign-skip", lambda: self._foreign(chroot))
-        self.cell(first_row, "old-kernel-skip", lambda: self._older_kernel(chroot))
-        self.cell(first_row, "package-upgrade", lambda: self._package_upgrade(chroot, kept))
-        self.cell(first_row, "purge", lambda: self._purge(chroot))
-        for row in other_rows:
-            for column in ("foreign-skip", "old-kernel-skip", "package-upgrade", "purge"):
-                row.cells[column] = Cell("n/a", detail="checked on the installed row")
+        present = [build for build in self.builds if installed[build.name]]
+        first_rows = [rows[build.name, first.release] for build in present]
+        self._each(first_rows, "foreign-skip", lambda: self._foreign(chroot, present))
+        self._each(first_rows, "old-kernel-skip", lambda: self._older_kernel(chroot, present))
+        for build, row in zip(present, first_rows, strict=True):
+            self.cell(
+                row, "package-upgrade", lambda b=build: self._package_upgrade(chroot, kept, b)
+            )
+        for build, row in zip(present, first_rows, strict=True):
+            self.cell(row, "purge", lambda b=build: self._purge(chroot, b))
+        for row in rows.values():
+            if row.role != "installed":
+                for column in ("foreign-skip", "old-kernel-skip", "package-upgrade", "purge"):
+                    row.cells[column] = Cell("n/a", detail="checked on the installed row")
+
+    def _each(self, rows: list[Row], column: str, action: Callable[[], list[Cell]]) -> None:
+        """One step shared by every package (one apt run): a cell for each package's row."""
+        started = time.monotonic()
+        try:
+            cells = action()
+        except Exception as error:
+            self.log(f"{column} raised", traceback.format_exc())
+            cells = [Cell("failed", detail=_one_line(str(error))) for _ in rows]
+        for row, cell in zip(rows, cells, strict=True):
+            cell.seconds = round(time.monotonic() - started, 1)
+            row.cells[column] = cell
+
+    def _warnings(self, chroot: Chroot, kernel: Kernel, build: Packages, row: Row) -> None:
+        misses = self._gate_misses(chroot, kernel, build)
+        if misses:
+            row.cells["warnings"] = Cell("n/a", detail=f"outside the gate: {misses[0]}")
+        else:
+            self.cell(row, "warnings", lambda: self._werror(chroot, kernel, build))
+
+    def _gate_misses(self, chroot: Chroot, kernel: Kernel, build: Packages) -> list[str]:
+        if not chroot.path(f"/lib/modules/{kernel.release}/build").exists():
+            kernels.install(chroot, kernel, target_release=self.suite.target_release)
+        return kernels.gate_misses(chroot, kernel.release, build.gate, build.kernel_regex)
 
     def _boots(
         self,
@@ -181,26 +265,35 @@ class SuiteRun:
         chosen: list[Kernel],
         rows: list[Row],
         modules: dict[str, Path | None],
+        build: Packages,
     ) -> None:
-        """A QEMU boot per ABI, and per page size (the 16k flavour); ACPI once per ABI."""
+        """A QEMU boot per ABI, and per page size (the 16k flavour); ACPI once."""
         booted: dict[tuple[str, bool], str] = {}
         acpi_booted: set[str] = set()
+        built = [kernel for kernel in chosen if modules.get(kernel.release)]
         for kernel, row in zip(chosen, rows, strict=True):
+            if not modules.get(kernel.release):
+                for column in ("qemu", "acpi"):
+                    row.cells[column] = Cell("n/a", detail="no module for this kernel")
+                continue
             key = (kernels.abi(kernel.release), "16k" in kernels.flavour(kernel.release))
             if key in booted:
                 row.cells["qemu"] = Cell("n/a", detail=f"same ABI and page size as {booted[key]}")
             else:
                 booted[key] = kernel.release
-                foreign = chosen[1] if kernel is chosen[0] and len(chosen) > 1 else chosen[0]
+                others = [other for other in built if other is not kernel]
+                foreign = others[0] if others else None
                 self.cell(
                     row,
                     "qemu",
-                    lambda k=kernel, f=foreign: self._boot(
-                        chroot, k, modules, None if f is k else f
-                    ),
+                    lambda k=kernel, f=foreign: self._boot(chroot, k, modules, f, build),
                 )
-            if key[1] or key[0] in acpi_booted:
-                row.cells["acpi"] = Cell("n/a", detail="ACPI is booted once per ABI")
+            if not build.driver.acpi:
+                row.cells["acpi"] = Cell("n/a", detail="the SoC boots with a device tree")
+            elif acpi_booted:
+                # The firmware parsing is the driver's own code, not the kernel's: the
+                # device-tree boot of each ABI covers the rest.
+                row.cells["acpi"] = Cell("n/a", detail="ACPI is booted once per suite")
             else:
                 acpi_booted.add(key[0])
                 self.cell(row, "acpi", lambda k=kernel: self._boot_acpi(chroot, k, modules))
@@ -245,24 +338,32 @@ class SuiteRun:
         return [first, *others]
 
     # -- steps -------------------------------------------------------------------------
-    def _install(self, chroot: Chroot, kernel: Kernel) -> Cell:
-        step = scenarios.install_deb(chroot, self.packages.deb)
-        self.log("install package", step.output)
+    def _install(self, chroot: Chroot, kernel: Kernel, build: Packages) -> Cell:
+        step = scenarios.install_deb(chroot, build.deb)
+        self.log(f"install {build.name}", step.output)
         if not step.ok:
-            return Cell("failed", detail=self._build_error(chroot, step.output))
-        return self._module_check(chroot, kernel, self.packages.version)
+            return Cell("failed", detail=self._build_error(chroot, step.output, build))
+        return self._module_check(chroot, kernel, build, build.version)
 
-    def _module_check(self, chroot: Chroot, kernel: Kernel, version: str) -> Cell:
-        state = scenarios.dkms_status(chroot).get(kernel.release)
+    def _module_check(self, chroot: Chroot, kernel: Kernel, build: Packages, version: str) -> Cell:
+        """Built and installed where the kernel is inside the package's gate; cleanly
+        skipped (no module, no failed DKMS state) where it is not."""
+        module = build.driver.module
+        state = scenarios.dkms_status(chroot, module).get(kernel.release)
+        modules = scenarios.installed_modules(chroot, kernel, module)
+        misses = self._gate_misses(chroot, kernel, build)
+        if misses:
+            if state is None and not modules:
+                return Cell("excluded", detail=f"skipped, as the gate says: {', '.join(misses)}")
+            return Cell("failed", detail=f"outside the gate ({misses[0]}) but dkms says {state}")
         if state != "installed":
             return Cell(
                 "failed",
                 detail=f"dkms status for {kernel.release}: {state}; "
-                + self._build_error(chroot, ""),
+                + self._build_error(chroot, "", build),
             )
-        modules = scenarios.installed_modules(chroot, kernel)
         if len(modules) != 1:
-            return Cell("failed", detail=f"expected one aipu.ko, found {modules}")
+            return Cell("failed", detail=f"expected one {module}.ko, found {modules}")
         info = scenarios.modinfo(chroot, modules[0])
         if info.get("version") != version:
             return Cell("failed", detail=f"modinfo version {info.get('version')} != {version}")
@@ -270,8 +371,8 @@ class SuiteRun:
             return Cell("failed", detail=f"vermagic {info.get('vermagic')}")
         return Cell("ok", detail=f"{modules[0]} version {version}")
 
-    def _build_error(self, chroot: Chroot, output: str) -> str:
-        logs = sorted(chroot.path("/var/lib/dkms/aipu").rglob("make.log"))
+    def _build_error(self, chroot: Chroot, output: str, build: Packages) -> str:
+        logs = sorted(chroot.path(f"/var/lib/dkms/{build.driver.module}").rglob("make.log"))
         for log in logs:
             for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
                 if re.search(r"\berror\b", line):
@@ -279,19 +380,15 @@ class SuiteRun:
         lines = [line for line in output.splitlines() if re.search(r"error|Error", line)]
         return _one_line(lines[0]) if lines else "see the log"
 
-    def _kernel_upgrade(self, chroot: Chroot, kernel: Kernel) -> Cell:
-        output = kernels.install(chroot, kernel, target_release=self.suite.target_release)
-        self.log("kernel upgrade: install headers " + kernel.headers, output)
-        cell = self._module_check(chroot, kernel, self.packages.version)
-        if cell.status == "ok" and "aipu" not in output:
+    def _autoinstalled(self, chroot: Chroot, kernel: Kernel, build: Packages, output: str) -> Cell:
+        cell = self._module_check(chroot, kernel, build, build.version)
+        if cell.status == "ok" and build.driver.module not in output:
             return Cell("failed", detail="module present but the headers' hook did not build")
         return cell
 
-    def _werror(self, chroot: Chroot, kernel: Kernel) -> Cell:
-        if not chroot.path(f"/lib/modules/{kernel.release}/build").exists():
-            kernels.install(chroot, kernel, target_release=self.suite.target_release)
-        step = scenarios.werror_build(chroot, kernel, self.packages.patched_tree)
-        self.log(f"-Werror build for {kernel.release}", step.output)
+    def _werror(self, chroot: Chroot, kernel: Kernel, build: Packages) -> Cell:
+        step = scenarios.werror_build(chroot, kernel, build.patched_tree)
+        self.log(f"-Werror build of {build.name} for {kernel.release}", step.output)
         if not step.ok:
             return Cell("failed", detail=step.facts.get("first_error", "build failed"))
         count = int(step.facts["warnings"])
@@ -305,20 +402,31 @@ class SuiteRun:
         kernel: Kernel,
         modules: dict[str, Path | None],
         foreign: Kernel | None,
+        build: Packages,
     ) -> Cell:
         module = modules.get(kernel.release)
         if module is None:
             return Cell("skipped", detail="no module was built for this kernel")
         foreign_module = modules.get(foreign.release) if foreign else None
         image = qemu.kernel_image(chroot, kernel.release)
-        result = qemu.boot(image, module, qemu.busybox(chroot), foreign_module, kernel.release)
-        self.log(f"qemu {kernel.release}", result.console)
+        dependencies = qemu.kernel_module_dependencies(chroot, kernel.release, module)
+        result = qemu.boot(
+            image,
+            module,
+            qemu.busybox(chroot),
+            foreign_module,
+            kernel.release,
+            driver=build.driver,
+            dependencies=dependencies,
+        )
+        self.log(f"qemu {build.name} {kernel.release}", result.console)
         problems = result.problems(expect_foreign_refusal=foreign_module is not None)
         if problems:
             return Cell("failed", detail="; ".join(problems[:3]))
+        needs = f" (with {len(dependencies)} kernel modules it needs)" if dependencies else ""
         return Cell(
             "ok",
-            detail=f"loaded by modalias, insmod, probe, rmmod, {qemu.CYCLES} cycles, "
+            detail=f"loaded by modalias{needs}, insmod, probe, rmmod, {qemu.CYCLES} cycles, "
             + (
                 f"the module built for {foreign.release} refused, "
                 if foreign and foreign_module
@@ -368,71 +476,100 @@ class SuiteRun:
             parts=parts,
         )
 
-    def _foreign(self, chroot: Chroot) -> Cell:
+    def _foreign(self, chroot: Chroot, builds: list[Packages]) -> list[Cell]:
         result = chroot.run("apt-get install -y -q linux-headers-amd64", check=False)
-        output = result.stdout + result.stderr
-        self.log("foreign kernel: linux-headers-amd64", output)
-        amd64 = [release for release in scenarios.dkms_status(chroot) if release.endswith("-amd64")]
+        self.log("foreign kernel: linux-headers-amd64", result.stdout + result.stderr)
+        states = {
+            build.name: [
+                release
+                for release in scenarios.dkms_status(chroot, build.driver.module)
+                if release.endswith("-amd64")
+            ]
+            for build in builds
+        }
         chroot.run(
             "apt-get purge -y -q 'linux-headers-*-amd64' linux-headers-amd64 || "
             "dpkg --purge --force-all $(dpkg-query -W -f='${Package} ' "
             "'linux-headers-*amd64*')",
             check=False,
         )
-        if result.returncode == 0 and not amd64:
-            return Cell("ok", detail="apt exit 0, kernel skipped (BUILD_EXCLUSIVE)")
-        return Cell("failed", detail=f"apt exit {result.returncode}, dkms states {amd64}")
+        return [
+            Cell("ok", detail="apt exit 0, kernel skipped (BUILD_EXCLUSIVE)")
+            if result.returncode == 0 and not states[build.name]
+            else Cell(
+                "failed", detail=f"apt exit {result.returncode}, dkms states {states[build.name]}"
+            )
+            for build in builds
+        ]
 
-    def _older_kernel(self, chroot: Chroot) -> Cell:
+    def _older_kernel(self, chroot: Chroot, builds: list[Packages]) -> list[Cell]:
         """An older suite's arm64 kernel (older than kernel.min) beside the current one."""
         older = kernels.install_older_suite_headers(chroot, OLDER_SUITE)
         self.log(f"older kernel: {older.headers} from {OLDER_SUITE}", older.output)
-        states = scenarios.dkms_status(chroot)
+        states = {
+            build.name: scenarios.dkms_status(chroot, build.driver.module).get(older.release)
+            for build in builds
+        }
         chroot.run(["apt-get", "purge", "-y", "-q", f"{older.headers}:arm64", *older.common])
-        minimum = _version_tuple(load_config().kernel_min)
-        if _version_tuple(older.release) >= minimum:
-            return Cell("failed", detail=f"{older.release} is not older than kernel.min")
-        if older.returncode == 0 and older.configured and older.release not in states:
-            return Cell(
-                "ok",
-                detail=f"apt exit 0, {older.release} from {OLDER_SUITE} skipped "
-                f"(older than kernel.min {load_config().kernel_min})",
-            )
-        return Cell(
-            "failed",
-            detail=f"apt exit {older.returncode}, headers "
-            + ("configured" if older.configured else "left half-configured")
-            + f", dkms state {states.get(older.release, 'none')}",
-        )
+        cells = []
+        for build in builds:
+            if build.kernel_regex and re.search(build.kernel_regex, older.release):
+                cells.append(Cell("failed", detail=f"{older.release} is not older than kernel.min"))
+            elif older.returncode == 0 and older.configured and states[build.name] is None:
+                cells.append(
+                    Cell(
+                        "ok",
+                        detail=f"apt exit 0, {older.release} from {OLDER_SUITE} skipped "
+                        "(older than kernel.min)",
+                    )
+                )
+            else:
+                cells.append(
+                    Cell(
+                        "failed",
+                        detail=f"apt exit {older.returncode}, headers "
+                        + ("configured" if older.configured else "left half-configured")
+                        + f", dkms state {states[build.name] or 'none'}",
+                    )
+                )
+        return cells
 
-    def _package_upgrade(self, chroot: Chroot, kernel_pair: tuple[Kernel, Kernel]) -> Cell:
-        step = scenarios.install_deb(chroot, self.packages.next_deb)
-        self.log("package upgrade", step.output)
+    def _package_upgrade(self, chroot: Chroot, kept: tuple[Kernel, ...], build: Packages) -> Cell:
+        step = scenarios.install_deb(chroot, build.next_deb)
+        self.log(f"package upgrade of {build.name}", step.output)
         if not step.ok:
-            return Cell("failed", detail=self._build_error(chroot, step.output))
-        for kernel in kernel_pair:
-            cell = self._module_check(chroot, kernel, self.packages.next_version)
-            if cell.status != "ok":
+            return Cell("failed", detail=self._build_error(chroot, step.output, build))
+        built = []
+        for kernel in kept:
+            cell = self._module_check(chroot, kernel, build, build.next_version)
+            if cell.status not in ("ok", "excluded"):
                 return cell
+            if cell.status == "ok":
+                built.append(kernel.release)
+        module = build.driver.module
         old = [
             path
             for path in (
-                f"/var/lib/dkms/aipu/{self.packages.version}",
-                f"/usr/src/aipu-{self.packages.version}",
+                f"/var/lib/dkms/{module}/{build.version}",
+                f"/usr/src/{module}-{build.version}",
             )
             if chroot.path(path).exists()
         ]
         if old:
             return Cell("failed", detail=f"old version left behind: {old}")
-        return Cell("ok", detail=f"rebuilt as {self.packages.next_version} for both kernels")
+        where = (
+            f"rebuilt for {len(built)} of {len(kept)} kernels" if built else "no kernel in its gate"
+        )
+        return Cell("ok", detail=f"{build.next_version}: {where}")
 
-    def _purge(self, chroot: Chroot) -> Cell:
-        step = scenarios.purge(chroot, "aipu-dkms")
-        self.log("purge", step.output)
-        left = scenarios.leftovers(chroot)
+    def _purge(self, chroot: Chroot, build: Packages) -> Cell:
+        step = scenarios.purge(chroot, build.name)
+        self.log(f"purge {build.name}", step.output)
+        left = scenarios.leftovers(chroot, build.driver.module)
         if not step.ok or left:
             return Cell("failed", detail=f"apt exit {step.returncode}, left: {left}")
-        return Cell("ok", detail="no aipu.ko, no /usr/src/aipu-*, no DKMS tree")
+        module = build.driver.module
+        return Cell("ok", detail=f"no {module}.ko, no /usr/src/{module}-*, no DKMS tree")
 
 
 def _remove_headers(chroot: Chroot, kernel: Kernel) -> str:
@@ -442,12 +579,12 @@ def _remove_headers(chroot: Chroot, kernel: Kernel) -> str:
     return result.stdout + result.stderr
 
 
-def _module_file(chroot: Chroot, kernel: Kernel) -> Path | None:
-    modules = scenarios.installed_modules(chroot, kernel)
+def _module_file(chroot: Chroot, kernel: Kernel, build: Packages) -> Path | None:
+    modules = scenarios.installed_modules(chroot, kernel, build.driver.module)
     if not modules:
         return None
     # Copied out: the package upgrade and purge steps replace or remove it.
-    keep = chroot.root.parent / f"{kernel.release}.aipu.ko"
+    keep = chroot.root.parent / f"{kernel.release}.{build.driver.module}.ko"
     keep.write_bytes(chroot.path(modules[0]).read_bytes())
     return keep
 
@@ -463,7 +600,7 @@ def _one_line(text: str) -> str:
 
 def run_matrix(
     plans: list[Plan],
-    packages: Packages,
+    builds: list[Packages],
     workdir: Path,
     jobs: int = 2,
     kernels_asked: tuple[str, ...] = (),
@@ -472,7 +609,7 @@ def run_matrix(
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     runs = [
-        SuiteRun(plan, packages, workdir / plan.suite.name, workdir / f"{plan.suite.name}.log")
+        SuiteRun(plan, builds, workdir / plan.suite.name, workdir / f"{plan.suite.name}.log")
         for plan in plans
     ]
 
@@ -486,14 +623,20 @@ def run_matrix(
             run.log("suite failed", traceback.format_exc())
         return run, time.monotonic() - begun, error
 
+    # The suites with the most kernels first, so the last one to start is a short one.
+    order = sorted(runs, key=lambda run: SUITE_WEIGHT.get(run.suite.name, 1), reverse=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(execute, runs))
+        finished = {id(outcome[0]): outcome for outcome in pool.map(execute, order)}
+    outcomes = [finished[id(run)] for run in runs]
     tested = {f"linux-headers-{row.kernel}" for run in runs for row in run.rows}
     return {
         "schema": SCHEMA_VERSION,
         "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "seconds": round(time.monotonic() - started, 1),
-        "package": {"version": packages.version, "next_version": packages.next_version},
+        "packages": {
+            build.name: {"version": build.version, "next_version": build.next_version}
+            for build in builds
+        },
         "columns": list(COLUMNS),
         "suites": [
             {
@@ -509,6 +652,7 @@ def run_matrix(
         "rows": [
             {
                 "suite": row.suite,
+                "package": row.package,
                 "kernel": row.kernel,
                 "role": row.role,
                 "ok": row.ok,
@@ -531,8 +675,15 @@ def report_ok(report: dict) -> bool:
 
 
 def format_table(report: dict) -> str:
-    symbol = {"ok": "ok", "failed": "FAIL", "skipped": "skip", "known-issue": "known", "n/a": "-"}
-    header = ["suite", "kernel", *report["columns"]]
+    symbol = {
+        "ok": "ok",
+        "failed": "FAIL",
+        "skipped": "skip",
+        "known-issue": "known",
+        "n/a": "-",
+        "excluded": "excl",
+    }
+    header = ["suite", "package", "kernel", *report["columns"]]
     lines = []
     for row in report["rows"]:
         cells = []
@@ -544,14 +695,14 @@ def format_table(report: dict) -> str:
                 cells.append("-")
             else:
                 cells.append(f"{symbol[cell['status']]} {cell['seconds']:.0f}s")
-        lines.append([row["suite"], row["kernel"], *cells])
+        lines.append([row["suite"], row.get("package", "aipu-dkms"), row["kernel"], *cells])
     widths = [max(len(str(line[i])) for line in [header, *lines]) for i in range(len(header))]
     out = [
         "  ".join(str(value).ljust(width) for value, width in zip(line, widths, strict=True))
         for line in [header, *lines]
     ]
     failures = [
-        f"  {row['kernel']} {column}: {cell['detail']}"
+        f"  {row.get('package', 'aipu-dkms')} {row['kernel']} {column}: {cell['detail']}"
         for row in report["rows"]
         for column, cell in row["cells"].items()
         if cell["status"] in ("failed", "known-issue", "skipped")
@@ -584,21 +735,27 @@ def format_table(report: dict) -> str:
 
 
 def untested_range(report: dict) -> list[str]:
-    """Kernels newer than aipu.yaml's kernel.tested_max: the package description must not
-    claim them until a matrix has proven them."""
-    tested_max = _version_tuple(load_config().kernel_tested_max)
-    newer = sorted(
-        {
-            row["kernel"]
-            for row in report["rows"]
-            if _version_tuple(row["kernel"].split("-")[0].split("+")[0])[:2] > tested_max
-        }
-    )
-    return [
-        f"  {kernel} is newer than kernel.tested_max ({'.'.join(map(str, tested_max))}) in "
-        "aipu.yaml: raise it once this matrix passes"
-        for kernel in newer
-    ]
+    """Kernels a package was built for that are newer than its kernel.tested_max: the
+    package description must not claim them until a matrix has proven them."""
+    notes = []
+    for package in sorted({row.get("package", "aipu-dkms") for row in report["rows"]}):
+        tested_max = _version_tuple(load_package(package).kernel_tested_max)
+        newer = sorted(
+            {
+                row["kernel"]
+                for row in report["rows"]
+                if row.get("package", "aipu-dkms") == package
+                and row["cells"].get("build", {}).get("status") != "excluded"
+                and _version_tuple(row["kernel"].split("-")[0].split("+")[0])[:2] > tested_max
+            }
+        )
+        notes += [
+            f"  {kernel} is newer than {package}'s kernel.tested_max "
+            f"({'.'.join(map(str, tested_max))}) in packages/{package}/package.yaml: raise it "
+            "once this matrix passes"
+            for kernel in newer
+        ]
+    return notes
 
 
 def write_report(report: dict, path: Path) -> None:

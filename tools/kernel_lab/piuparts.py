@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from aipu_build.fetch import cache_root
-from aipu_build.tools import require_tool
+from pipeline.fetch import cache_root
+from pipeline.tools import require_tool
 
 from .chroot import MIRROR
 

@@ -19,27 +19,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aipu_build.tools import require_tool
+from pipeline.tools import require_tool
 
 from .chroot import Chroot
+from .drivers import AIPU, Driver
 
 ARM64_IMAGE_MAGIC = b"ARMd"  # at offset 0x38 of an arm64 Image
 CYCLES = 20
 # What a clean run must never print.
 KERNEL_FAULTS = re.compile(r"Oops|BUG:|WARNING:|Call trace|Kernel panic|Unable to handle")
 
-# A Zhouyi V3 node like the board's, at an address nothing in QEMU's virt machine uses: the
-# probe must fail cleanly at the power domains (QEMU has none) before touching registers.
-NPU_DT_NODE = """
-	npu@9200000 {
-		compatible = "armchina,zhouyi-v3";
-		reg = <0x00 0x9200000 0x00 0x10000>;
-		interrupts = <0x00 0x70 0x04>;
-	};
-"""
 
-
-def init_script(cycles: int = CYCLES) -> str:
+def init_script(driver: Driver, cycles: int = CYCLES) -> str:
+    module, platform = driver.module, driver.platform_driver
     return f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -48,28 +40,31 @@ mount -t devtmpfs devtmpfs /dev
 echo "LAB: booted $(uname -r)"
 [ -d /sys/bus/acpi/devices/CIXH4000:00 ] && echo "LAB: acpi device CIXH4000:00 present"
 # Coldplug as udev does it: modprobe every device's modalias; only the module's own aliases
-# (from modules.alias, made by depmod) can bring it in.
+# (from modules.alias, made by depmod) can bring it in, with the kernel modules it needs.
 for alias in /sys/bus/platform/devices/*/modalias; do
 	modprobe -q "$(cat "$alias")" 2>/dev/null
 done
-if [ -d /sys/module/aipu ]; then
+if [ -d /sys/module/{module} ]; then
 	echo "LAB: autoloaded by modalias"
-	rmmod aipu || echo "LAB: rmmod after autoload failed"
+	rmmod {module} || echo "LAB: rmmod after autoload failed"
+else
+	# The modules it depends on, so the insmod below can resolve its symbols either way.
+	modprobe -q -a $(cat /lab-dependencies) 2>/dev/null
 fi
-if insmod /aipu.ko; then echo "LAB: insmod ok"; else echo "LAB: insmod failed"; fi
-[ -e /sys/bus/platform/drivers/armchina/CIXH4000:00 ] && echo "LAB: bound CIXH4000:00"
-[ -d /sys/bus/platform/drivers/armchina ] && echo "LAB: driver armchina registered"
-[ -c /dev/aipu ] && echo "LAB: device node present"
-if rmmod aipu; then echo "LAB: rmmod ok"; else echo "LAB: rmmod failed"; fi
+if insmod /{module}.ko; then echo "LAB: insmod ok"; else echo "LAB: insmod failed"; fi
+[ -e /sys/bus/platform/drivers/{platform}/CIXH4000:00 ] && echo "LAB: bound CIXH4000:00"
+[ -d /sys/bus/platform/drivers/{platform} ] && echo "LAB: driver {platform} registered"
+[ -c /dev/{driver.device_node or "none"} ] && echo "LAB: device node present"
+if rmmod {module}; then echo "LAB: rmmod ok"; else echo "LAB: rmmod failed"; fi
 ok=0
 i=0
 while [ $i -lt {cycles} ]; do
-	insmod /aipu.ko && rmmod aipu && ok=$((ok + 1))
+	insmod /{module}.ko && rmmod {module} && ok=$((ok + 1))
 	i=$((i + 1))
 done
 echo "LAB: cycles $ok/{cycles}"
 if [ -f /foreign.ko ]; then
-	if insmod /foreign.ko; then echo "LAB: foreign insmod accepted"; rmmod aipu
+	if insmod /foreign.ko; then echo "LAB: foreign insmod accepted"; rmmod {module}
 	else echo "LAB: foreign insmod refused"; fi
 fi
 echo "LAB: dmesg begin"
@@ -86,6 +81,7 @@ class BootResult:
     console: str
     cycles: int = CYCLES
     facts: dict[str, str] = field(default_factory=dict)
+    driver: Driver = AIPU
 
     def marker(self, text: str) -> bool:
         return f"LAB: {text}" in self.console
@@ -105,7 +101,7 @@ class BootResult:
         markers = (
             "autoloaded by modalias",
             "insmod ok",
-            "driver armchina registered",
+            f"driver {self.driver.platform_driver} registered",
             "rmmod ok",
             f"cycles {self.cycles}/{self.cycles}",
         )
@@ -118,7 +114,7 @@ class BootResult:
     def problems(self, *, expect_foreign_refusal: bool) -> list[str]:
         """Everything that is not as a clean device-tree run must be; empty when all is well."""
         found = self.lifecycle_problems()
-        if "sky1_npu_probe" not in self.dmesg:
+        if self.driver.probe_evidence not in self.dmesg:
             found.append("the probe did not run")
         if expect_foreign_refusal:
             if not self.marker("foreign insmod refused"):
@@ -201,21 +197,32 @@ def initramfs(
     cycles: int = CYCLES,
     acpi_tables: list[Path] = (),
     release: str = "",
+    driver: Driver = AIPU,
+    dependencies: list[Path] = (),
 ) -> Path:
     """The guest's initrd: ACPI table upgrades first (an uncompressed cpio the kernel reads
-    early, CONFIG_ACPI_TABLE_UPGRADE), then the busybox initramfs."""
+    early, CONFIG_ACPI_TABLE_UPGRADE), then the busybox initramfs with the module, and the
+    kernel's own modules it depends on."""
     root = directory / "initramfs"
     for sub in ("bin", "proc", "sys", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(busybox_binary, root / "bin" / "busybox")
     (root / "bin" / "busybox").chmod(0o755)
-    (root / "init").write_text(init_script(cycles), encoding="utf-8")
+    (root / "init").write_text(init_script(driver, cycles), encoding="utf-8")
     (root / "init").chmod(0o755)
-    shutil.copyfile(module, root / "aipu.ko")
+    ko = f"{driver.module}.ko"
+    shutil.copyfile(module, root / ko)
+    (root / "lab-dependencies").write_text(
+        " ".join(path.stem for path in dependencies) + "\n", encoding="utf-8"
+    )
     if release:  # where modprobe finds it, with the alias index depmod writes
         installed = root / "lib" / "modules" / release / "updates" / "dkms"
         installed.mkdir(parents=True)
-        shutil.copyfile(module, installed / "aipu.ko")
+        shutil.copyfile(module, installed / ko)
+        kernel_dir = root / "lib" / "modules" / release / "kernel"
+        kernel_dir.mkdir(parents=True)
+        for dependency in dependencies:
+            shutil.copyfile(dependency, kernel_dir / dependency.name)
         subprocess.run(["depmod", "-b", str(root), release], check=True, capture_output=True)
     if foreign_module is not None:
         shutil.copyfile(foreign_module, root / "foreign.ko")
@@ -279,7 +286,7 @@ def _qemu_command(
     return command + extra
 
 
-def device_tree(directory: Path, image: Path) -> Path:
+def device_tree(directory: Path, image: Path, driver: Driver = AIPU) -> Path:
     """QEMU's own device tree for this machine, with the NPU node added."""
     require_tool("dtc")
     dumped = directory / "virt.dtb"
@@ -292,7 +299,7 @@ def device_tree(directory: Path, image: Path) -> Path:
         ["dtc", "-I", "dtb", "-O", "dts", str(dumped)], check=True, capture_output=True, text=True
     ).stdout
     end = source.rstrip().rfind("};")
-    patched = source[:end] + NPU_DT_NODE + source[end:]
+    patched = source[:end] + driver.device_tree_node + source[end:]
     compiled = directory / "virt-npu.dtb"
     subprocess.run(
         ["dtc", "-I", "dts", "-O", "dtb", "-o", str(compiled), "-"],
@@ -314,6 +321,8 @@ def boot(
     cycles: int = CYCLES,
     acpi_table: Path | None = None,
     timeout: float = 600,
+    driver: Driver = AIPU,
+    dependencies: list[Path] = (),
 ) -> BootResult:
     """Boot with QEMU's device tree plus the NPU node, or, given an SSDT, with UEFI
     firmware and ACPI (how the Orange Pi 6 Plus boots) plus that table."""
@@ -324,10 +333,18 @@ def boot(
         directory = Path(scratch)
         tables = [acpi_table] if acpi_table else []
         initrd = initramfs(
-            directory, busybox_binary, module, foreign_module, cycles, tables, release
+            directory,
+            busybox_binary,
+            module,
+            foreign_module,
+            cycles,
+            tables,
+            release,
+            driver,
+            dependencies,
         )
         if acpi_table is None:
-            command = _qemu_command(image, initrd, device_tree(directory, image), [])
+            command = _qemu_command(image, initrd, device_tree(directory, image, driver), [])
         else:
             require_tool("iasl")
             command = _qemu_command(image, initrd, None, [], acpi=True)
@@ -345,4 +362,77 @@ def boot(
             console = result.stdout + result.stderr
         except subprocess.TimeoutExpired as expired:
             console = (expired.stdout or b"").decode(errors="replace") + "\nLAB: timeout"
-        return BootResult(release, time.monotonic() - started, console, cycles)
+        return BootResult(release, time.monotonic() - started, console, cycles, driver=driver)
+
+
+def kernel_module_dependencies(chroot: Chroot, release: str, module: Path) -> list[Path]:
+    """The kernel's own modules ``module`` needs (modinfo's depends, recursively), from the
+    suite's linux-modules (7.x) or linux-image (6.x) package, uncompressed."""
+    wanted = _depends(module)
+    if not wanted:
+        return []
+    tree = _modules_tree(chroot, release)
+    index = {path.name.split(".ko")[0].replace("-", "_"): path for path in tree.rglob("*.ko*")}
+    found: dict[str, Path] = {}
+    while wanted:
+        name = wanted.pop().replace("-", "_")
+        if name in found:
+            continue
+        if name not in index:
+            raise FileNotFoundError(f"{release} has no module {name}")
+        found[name] = _uncompressed(index[name], tree.parent / "uncompressed")
+        wanted += _depends(found[name])
+    # modprobe loads them in dependency order from modules.dep; the order here is only
+    # the list the init script names.
+    return list(found.values())
+
+
+def _depends(module: Path) -> list[str]:
+    result = subprocess.run(
+        ["modinfo", "-F", "depends", str(module)], capture_output=True, text=True, check=True
+    )
+    return [name for name in result.stdout.strip().split(",") if name]
+
+
+def _uncompressed(path: Path, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / (path.name.split(".ko")[0] + ".ko")
+    if not target.exists():
+        if path.name.endswith(".ko"):
+            shutil.copyfile(path, target)
+        else:
+            tool = {".xz": "xz", ".zst": "zstd", ".gz": "gzip"}[path.suffix]
+            with target.open("wb") as out:
+                subprocess.run([tool, "-dc", str(path)], stdout=out, check=True)
+    return target
+
+
+def _modules_tree(chroot: Chroot, release: str) -> Path:
+    """/lib/modules/<release>/kernel of the kernel's package, unpacked once per run."""
+    cache = chroot.path("/var/cache/apt/archives")
+    target = cache.parent / "lab-images" / f"{release}.modules"
+    if (target / "kernel").is_dir():
+        return target / "kernel"
+    for package in (f"linux-modules-{release}", f"linux-image-{release}"):
+        debs = sorted(cache.glob(f"{package}_*_arm64.deb"))
+        if not debs:
+            chroot.run(
+                f"cd /var/cache/apt/archives && apt-get download -q {package}:arm64", check=False
+            )
+            debs = sorted(cache.glob(f"{package}_*_arm64.deb"))
+        if not debs:
+            continue
+        with tempfile.TemporaryDirectory(dir=cache.parent) as scratch:
+            subprocess.run(
+                f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}' "
+                "--wildcards '*/modules/*/kernel/*'",
+                shell=True,
+                check=False,
+                capture_output=True,
+            )
+            kernels = list(Path(scratch).glob(f"*lib/modules/{release}/kernel"))
+            if kernels:
+                target.mkdir(parents=True, exist_ok=True)
+                kernels[0].rename(target / "kernel")
+                return target / "kernel"
+    raise FileNotFoundError(f"no kernel modules for {release} in the archive")

@@ -48,23 +48,23 @@ def purge(chroot: Chroot, package: str) -> Step:
     return _timed(chroot, "purge", f"apt-get purge -y -q {package}")
 
 
-def dkms_status(chroot: Chroot) -> dict[str, str]:
+def dkms_status(chroot: Chroot, module: str = MODULE) -> dict[str, str]:
     """kernel release -> state ('installed', 'built', ...) of the module in dkms."""
-    output = chroot.run(f"dkms status -m {MODULE}", check=False).stdout
+    output = chroot.run(f"dkms status -m {module}", check=False).stdout
     states = {}
     for line in output.splitlines():
         # "aipu/5.11.0+git..., 6.12.117+deb13-arm64, x86_64: installed"
-        match = re.match(rf"^{MODULE}/[^,]+, ([^,]+), [^:]+: (\w+)", line.strip())
+        match = re.match(rf"^{module}/[^,]+, ([^,]+), [^:]+: (\w+)", line.strip())
         if match:
             states[match[1]] = match[2]
     return states
 
 
-def installed_modules(chroot: Chroot, kernel: Kernel) -> list[str]:
+def installed_modules(chroot: Chroot, kernel: Kernel, module: str = MODULE) -> list[str]:
     directory = chroot.path(f"/lib/modules/{kernel.release}")
     return (
         sorted(
-            "/" + str(path.relative_to(chroot.root)) for path in directory.rglob(f"{MODULE}.ko*")
+            "/" + str(path.relative_to(chroot.root)) for path in directory.rglob(f"{module}.ko*")
         )
         if directory.exists()
         else []
@@ -80,18 +80,18 @@ def modinfo(chroot: Chroot, module_path: str) -> dict[str, str]:
     return info
 
 
-def leftovers(chroot: Chroot) -> list[str]:
+def leftovers(chroot: Chroot, module: str = MODULE) -> list[str]:
     """Files a purge must not leave behind: built modules, sources, the DKMS tree."""
     found = [
         "/" + str(path.relative_to(chroot.root))
-        for path in chroot.path("/lib/modules").rglob(f"{MODULE}.ko*")
+        for path in chroot.path("/lib/modules").rglob(f"{module}.ko*")
     ]
     found += [
         "/" + str(path.relative_to(chroot.root))
-        for path in chroot.path("/usr/src").glob(f"{MODULE}-*")
+        for path in chroot.path("/usr/src").glob(f"{module}-*")
     ]
-    if chroot.path(f"/var/lib/dkms/{MODULE}").exists():
-        found.append(f"/var/lib/dkms/{MODULE}")
+    if chroot.path(f"/var/lib/dkms/{module}").exists():
+        found.append(f"/var/lib/dkms/{module}")
     return sorted(found)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aipu_build.errors import BuildError, ExitCode
+from pipeline.errors import BuildError, ExitCode
 
 
 def upload_set(changes: Path) -> list[Path]:

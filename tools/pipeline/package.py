@@ -16,13 +16,13 @@ import tempfile
 from pathlib import Path
 
 from .atomic import replaced_directory, write_atomically
-from .config import REPO_ROOT, Config
+from .config import DKMS_TEMPLATES, Config
 from .errors import BuildError, ExitCode
-from .patching import PATCHES_DIR, series
+from .patching import series
 from .render import DKMS_TEMPLATE, render_file, render_tree, template_context
 from .tools import require_tool, run
 
-DEBIAN_TEMPLATES = REPO_ROOT / "debian"
+DEBIAN_TEMPLATES = DKMS_TEMPLATES / "debian"
 # Debian packages build with the system's tools only: no virtualenv or pyenv Python on PATH.
 DEBIAN_BUILD_ENV = {
     **{
@@ -32,7 +32,6 @@ DEBIAN_BUILD_ENV = {
     },
     "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
 }
-PROVISION = REPO_ROOT / "provision"
 
 
 def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
@@ -41,11 +40,7 @@ def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
     if target.exists():
         return target
     build_dir.mkdir(parents=True, exist_ok=True)
-    mtime = (
-        dt.datetime.strptime(config.upstream.commit_date, "%Y%m%d")
-        .replace(tzinfo=dt.UTC)
-        .timestamp()
-    )
+    mtime = dt.datetime.strptime(config.upstream.date, "%Y%m%d").replace(tzinfo=dt.UTC).timestamp()
 
     def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
@@ -80,18 +75,19 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
     # aliased /lib (lintian's aliased-location on trixie); udev reads /usr/lib on bookworm too.
     write_atomically(
         debian / "udev" / f"60-{config.name}.rules",
-        render_file(PROVISION / "udev" / "60-aipu.rules.j2", context),
+        render_file(config.udev_template, context),
     )
     write_atomically(
         debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
-        render_file(PROVISION / "appstream" / "metainfo.xml.j2", context),
+        render_file(DKMS_TEMPLATES / "metainfo.xml.j2", context),
     )
-    patches = debian / "patches"
-    patches.mkdir(parents=True, exist_ok=True)
-    names = series()
-    for name in names:
-        shutil.copyfile(PATCHES_DIR / name, patches / name)
-    write_atomically(patches / "series", "".join(f"{name}\n" for name in names))
+    names = series(config.patches_dir)
+    if names:
+        patches = debian / "patches"
+        patches.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.copyfile(config.patches_dir / name, patches / name)
+        write_atomically(patches / "series", "".join(f"{name}\n" for name in names))
 
 
 def source_tree(config: Config, upstream: Path, build_dir: Path) -> Path:

@@ -8,14 +8,18 @@ import sys
 from pathlib import Path
 
 from . import fetch
-from .config import DEFAULT_CONFIG, load_config
+from .config import DEFAULT_PACKAGE, config_path, load_config, package_names
 from .errors import BuildError, ExitCode
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aipu-build", description=__doc__)
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser = argparse.ArgumentParser(prog="pipeline", description=__doc__)
+    parser.add_argument(
+        "--package", default=DEFAULT_PACKAGE, help="the driver package (a folder of packages/)"
+    )
+    parser.add_argument("--config", type=Path, help="a package.yaml (instead of --package)")
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("packages", help="list the driver packages")
     commands.add_parser("fetch", help="get, verify and cache the upstream driver subtree")
     commands.add_parser("upstream-path", help="print the cached upstream tree, if verified")
     patched = commands.add_parser("patch", help="write upstream + patches/ to a folder")
@@ -53,6 +57,11 @@ def _fetch(config_path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "packages":
+            print("\n".join(package_names()))
+            return ExitCode.OK
+        if args.config is None:
+            args.config = config_path(args.package)
         config = load_config(args.config)
         if args.command == "fetch":
             print(_fetch(args.config))
@@ -67,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "patch":
             from .patching import patched_copy
 
-            print(patched_copy(_fetch(args.config), args.destination))
+            print(patched_copy(_fetch(args.config), args.destination, config.patches_dir))
         elif args.command == "render":
             from .render import write_dkms_conf
 
@@ -101,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 print(artifact)
     except BuildError as error:
-        print(f"aipu-build: error: {error}", file=sys.stderr)
+        print(f"pipeline: error: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
-        print("aipu-build: interrupted", file=sys.stderr)
+        print("pipeline: interrupted", file=sys.stderr)
         return 130
     return ExitCode.OK
 

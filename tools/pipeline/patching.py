@@ -1,4 +1,5 @@
-"""Apply the quilt series in patches/ to a copy of the verified upstream tree."""
+"""Apply a package's quilt series (packages/<name>/patches/) to a copy of its verified
+upstream tree."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import subprocess
 from pathlib import Path
 
 from .atomic import replaced_directory
-from .config import REPO_ROOT
+from .config import DEFAULT_CONFIG, REPO_ROOT
 from .errors import BuildError, ExitCode
 from .tools import last_line, require_tool
 
-PATCHES_DIR = REPO_ROOT / "patches"
+# The default package's series (aipu-dkms), for callers that name no package.
+PATCHES_DIR = DEFAULT_CONFIG.parent / "patches"
 
 QUILTRC = REPO_ROOT / "tools" / "quiltrc"
 
 
 def series(patches_dir: Path = PATCHES_DIR) -> list[str]:
+    if not (patches_dir / "series").exists():  # a package that needs no patch
+        return []
     lines = (patches_dir / "series").read_text(encoding="utf-8").splitlines()
     return [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
 
@@ -43,6 +47,8 @@ def quilt(
 
 def apply_series(tree: Path, patches_dir: Path = PATCHES_DIR) -> None:
     """``quilt push -a`` with zero fuzz; a patch that does not apply is a one-line error."""
+    if not series(patches_dir):
+        return
     result = quilt(tree, "push", "-a", "--fuzz=0", "-q", patches_dir=patches_dir)
     if result.returncode != 0:
         failing = re.findall(r"Applying patch (?:patches/)?(\S+)", result.stdout)

@@ -1,11 +1,14 @@
-"""Get the pinned upstream driver subtree, verify its git tree id, cache it by that id.
+"""Get a package's pinned upstream driver source, verify its git tree id, cache it by that id.
 
 Sources, in order of preference:
   * the cache (``$AIPU_CACHE``, default ``$XDG_CACHE_HOME/aipu-dkms``): offline;
-  * ``UPSTREAM_TARBALL``: a tarball holding the subtree (at its root, in one top folder, or
-    at its path in the upstream repository);
-  * ``UPSTREAM_GIT`` (a local clone or a URL), default the upstream repository: a shallow,
-    blob-filtered, sparse fetch of the pinned commit, because the repository is huge.
+  * a git source: ``UPSTREAM_TARBALL``, a tarball holding the subtree (at its root, in one
+    top folder, or at its path in the upstream repository); else ``UPSTREAM_GIT`` (a local
+    clone or a URL), default the upstream repository: a shallow, blob-filtered, sparse fetch
+    of the pinned commit, because the repository is huge;
+  * a Debian source package: its orig tarball from the Debian archive (``DEBIAN_MIRROR``,
+    default deb.debian.org), verified by sha256 and kept in the cache, of which only the
+    pinned paths are extracted.
 
 A tree id can be recomputed from any copy of the files, so the same pin covers every source.
 Nothing reaches the cache before it is verified: work happens in a sibling temporary folder
@@ -14,10 +17,13 @@ that is renamed into place, or removed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from .config import Config
@@ -90,7 +96,10 @@ def fetch_upstream(
     target.parent.mkdir(parents=True, exist_ok=True)
     incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=target.parent))
     try:
-        if tarball is not None:
+        if config.upstream.kind == "debian-source":
+            source_label = config.upstream.source_file
+            tree = _debian_source(config, incoming)
+        elif tarball is not None:
             source_label = str(tarball)
             tree = _unpack_tarball(config, tarball, incoming)
         else:
@@ -99,8 +108,9 @@ def fetch_upstream(
         actual = git_tree_id(tree)
         if actual != config.upstream.tree_id:
             raise BuildError(
-                f"upstream tree from {source_label} has id {actual}, but aipu.yaml pins "
-                f"{config.upstream.tree_id}: use a copy of commit {config.upstream.commit[:12]} "
+                f"upstream tree from {source_label} has id {actual}, but "
+                f"packages/{config.name}/package.yaml pins {config.upstream.tree_id}: use a "
+                f"copy of {config.upstream.commit[:12] or config.upstream.source_file} "
                 "(nothing was cached)",
                 ExitCode.VERIFY,
             )
@@ -186,14 +196,80 @@ def _unpack_tarball(config: Config, tarball: Path, workdir: Path) -> Path:
         raise BuildError(
             f"cannot unpack UPSTREAM_TARBALL={tarball}: {error}", ExitCode.UPSTREAM
         ) from error
-    for candidate in (
+    candidates = [
         unpacked / config.upstream.subtree,
         unpacked,
         *[child for child in unpacked.iterdir() if child.is_dir()],
-    ):
-        if (candidate / "armchina-npu").is_dir():
+    ]
+    for candidate in candidates:
+        if candidate.is_dir() and git_tree_id(candidate) == config.upstream.tree_id:
             return candidate
     raise BuildError(
-        f"UPSTREAM_TARBALL={tarball} holds no driver subtree (no armchina-npu/ folder)",
+        f"UPSTREAM_TARBALL={tarball} holds no driver subtree with the pinned tree id "
+        f"{config.upstream.tree_id[:12]}",
         ExitCode.UPSTREAM,
     )
+
+
+def _debian_source(config: Config, workdir: Path) -> Path:
+    """The pinned paths of a Debian source package's orig tarball, at their paths."""
+    tarball = _cached_download(config)
+    unpacked = workdir / "unpacked"
+    unpacked.mkdir()
+    run(
+        [
+            "tar",
+            "-xf",
+            str(tarball),
+            "-C",
+            str(unpacked),
+            "--strip-components=1",
+            "--wildcards",
+            *[f"*/{path}" for path in config.upstream.paths],
+        ],
+        failure=f"{tarball.name} lacks {', '.join(config.upstream.paths)}",
+        code=ExitCode.VERIFY,
+    )
+    return unpacked
+
+
+def _cached_download(config: Config) -> Path:
+    """The orig tarball, downloaded once, verified by its pinned sha256 before it is kept."""
+    upstream = config.upstream
+    target = cache_root() / "sources" / upstream.source_file
+    if target.is_file() and sha256_of(target) == upstream.source_sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    mirror = os.environ.get("DEBIAN_MIRROR", "").rstrip("/")
+    url = upstream.source_url
+    if mirror:
+        url = url.replace("http://deb.debian.org/debian", mirror, 1)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream, urllib.request.urlopen(url, timeout=60) as reply:
+            shutil.copyfileobj(reply, stream, 1 << 20)
+        actual = sha256_of(Path(temporary))
+        if actual != upstream.source_sha256:
+            raise BuildError(
+                f"{url} has sha256 {actual}, but packages/{config.name}/package.yaml pins "
+                f"{upstream.source_sha256} (nothing was cached)",
+                ExitCode.VERIFY,
+            )
+        Path(temporary).replace(target)
+    except (OSError, urllib.error.URLError) as error:
+        raise BuildError(
+            f"cannot download {url}: {getattr(error, 'reason', error)} (is the Debian archive "
+            "reachable? DEBIAN_MIRROR names another mirror)",
+            ExitCode.UPSTREAM,
+        ) from error
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return target
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,4 +1,5 @@
-"""Render the Jinja templates (dkms/, debian/, provision/) from one context built from aipu.yaml."""
+"""Render the Jinja templates (packaging/dkms/ and a package's own udev rule) from one
+context built from the package's package.yaml."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 import jinja2
 
 from .atomic import write_atomically
-from .config import REPO_ROOT, Config
+from .config import DKMS_TEMPLATES, Config
 
-DKMS_TEMPLATE = REPO_ROOT / "dkms" / "dkms.conf.j2"
+DKMS_TEMPLATE = DKMS_TEMPLATES / "dkms.conf.j2"
 TEMPLATE_SUFFIX = ".j2"
 
 _COPYRIGHT = re.compile(
@@ -25,7 +26,7 @@ _SOURCE_NAMES = {"Makefile", "Kbuild", "Kconfig"}
 
 def template_context(config: Config, upstream_tree: Path | None = None) -> dict[str, Any]:
     """Every value any template may use, derived in this one place."""
-    return {
+    context: dict[str, Any] = {
         "config": config,
         "name": config.name,
         "module": config.module,
@@ -34,40 +35,28 @@ def template_context(config: Config, upstream_tree: Path | None = None) -> dict[
         "maintainer": config.maintainer,
         "homepage": config.homepage,
         "appstream_id": config.appstream_id,
+        "appstream": config.appstream,
         "summary": config.summary,
         "takes_over": list(config.takes_over),
         "upstream": config.upstream,
         "kernel_min": config.kernel_min,
         "kernel_tested_max": config.kernel_tested_max,
         "kernel_regex": config.kernel_regex,
-        "config_gate": config.kernel_config_gate,
-        "device": {
-            "node": config.device_node,
-            "group": config.device_group,
-            "mode": config.device_mode,
-        },
+        "config_gate": " ".join(config.kernel_config_gate),
+        "install": list(config.install),
+        "make_arguments": config.make_arguments,
+        "device": config.device,
         "upstream_copyrights": upstream_copyrights(upstream_tree) if upstream_tree else [],
-        "patches": _series_summaries(),
-        "description": _long_description(config),
+        "patches": _series_summaries(config.patches_dir),
     }
+    context["description"] = render_string(config.description, context)
+    context["changelog_entry"] = render_string(config.changelog_entry, context)
+    return context
 
 
-def _long_description(config: Config) -> str:
-    """debian/control's extended description as one string (the template wraps it)."""
-    return (
-        f"Source of the {config.module} kernel module for the ArmChina Zhouyi V3 neural "
-        "processing unit of the CIX CD8180 (Sky1) SoC, as on the Orange Pi 6 Plus. DKMS "
-        f"builds it for every installed arm64 kernel from {config.kernel_min} on, and "
-        "again when the headers of a new kernel are installed; a kernel the driver cannot "
-        "support is skipped instead of making the installation fail. The upstream driver "
-        f"(KMD {config.upstream_version}, snapshot {config.upstream.commit[:7]}) is carried "
-        f"with patches for Linux {config.kernel_min} to {config.kernel_tested_max} and a fix "
-        "for the second inference hanging. A udev rule gives the "
-        f"{config.device_group} group and the logged-in user access to "
-        f"/dev/{config.device_node}; udev loads the module when the firmware describes the "
-        "NPU (by its ACPI and device-tree aliases). This package replaces "
-        f"{' and '.join(config.takes_over)}, which build the same module."
-    )
+def render_string(template: str, context: dict[str, Any]) -> str:
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    return environment.from_string(template).render(context)
 
 
 def upstream_copyrights(tree: Path) -> list[str]:
@@ -91,13 +80,13 @@ def _years(found: list[int]) -> str:
     return str(found[0]) if found[0] == found[-1] else f"{found[0]}-{found[-1]}"
 
 
-def _series_summaries() -> list[dict[str, str]]:
+def _series_summaries(patches_dir: Path) -> list[dict[str, str]]:
     """Name and one-line description of each patch, for the changelog."""
-    from .patching import PATCHES_DIR, series
+    from .patching import series
 
     summaries = []
-    for name in series():
-        text = (PATCHES_DIR / name).read_text(encoding="utf-8")
+    for name in series(patches_dir):
+        text = (patches_dir / name).read_text(encoding="utf-8")
         match = re.search(r"^Description: (.+)$", text, re.MULTILINE)
         summaries.append({"name": name, "description": match[1] if match else name})
     return summaries
@@ -121,10 +110,13 @@ def write_dkms_conf(config: Config, destination: Path) -> None:
 
 
 def render_tree(source: Path, destination: Path, context: dict[str, Any]) -> list[Path]:
-    """Copy ``source`` to ``destination``: ``*.j2`` files rendered, others copied as they are."""
+    """Copy ``source`` to ``destination``: ``*.j2`` files rendered, others copied as they are;
+    a leading ``package.`` in a file name becomes the package's name (debhelper's naming)."""
     written = []
     for path in _files(source):
         relative = path.relative_to(source)
+        if relative.name.startswith("package.") and "name" in context:
+            relative = relative.with_name(context["name"] + relative.name[len("package") :])
         mode = path.stat().st_mode & 0o777
         if path.suffix == TEMPLATE_SUFFIX:
             target = destination / relative.with_suffix("")

@@ -1,0 +1,301 @@
+"""Load a driver package's package.yaml and derive every value the templates and the
+pipeline use. Each driver package is one folder under packages/: package.yaml (upstream
+source and pin, kernel gate, device), patches/ (a quilt series) and its udev rule; the
+templates under packaging/dkms/ and the code here serve every one of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import BuildError, ExitCode
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES_DIR = REPO_ROOT / "packages"
+DKMS_TEMPLATES = REPO_ROOT / "packaging" / "dkms"
+DEFAULT_PACKAGE = "aipu-dkms"
+DEFAULT_CONFIG = PACKAGES_DIR / DEFAULT_PACKAGE / "package.yaml"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_KERNEL_VERSION = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the driver's source comes from and the pin that verifies it.
+
+    ``git``: a subtree of a repository at a commit. ``debian-source``: paths out of a
+    Debian source package's orig tarball (pinned by sha256), kept at their paths.
+    Either way the tree is verified by its git tree id, whichever copy it came from.
+    """
+
+    kind: str  # git | debian-source
+    repository: str  # the git URL, or the Debian pool folder the tarball is in
+    commit: str  # git only
+    date: str  # YYYYMMDD: the commit's, or the source release's
+    paths: tuple[str, ...]  # git: (subtree,); debian-source: paths inside the source
+    tree_id: str
+    license: str
+    uapi_headers: tuple[str, ...] = ()  # GPL-2 with the Linux-syscall-note exception
+    source_package: str = ""
+    source_version: str = ""
+    source_file: str = ""
+    source_sha256: str = ""
+
+    @property
+    def subtree(self) -> str:
+        return self.paths[0]
+
+    @property
+    def commit_date(self) -> str:
+        return self.date
+
+    @property
+    def source_url(self) -> str:
+        return f"{self.repository}/{self.source_file}"
+
+    @property
+    def description(self) -> str:
+        """One phrase naming the pinned source, for debian/copyright and the changelog."""
+        if self.kind == "git":
+            return f"{self.subtree} of {_web(self.repository)} at commit {self.commit}"
+        return (
+            f"{', '.join(self.paths)} of Debian's {self.source_package} {self.source_version} "
+            f"source ({self.source_file}, sha256 {self.source_sha256})"
+        )
+
+
+def _web(repository: str) -> str:
+    return repository.removesuffix(".git")
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    module: str
+    upstream_version: str
+    debian_revision: str
+    maintainer: str
+    homepage: str
+    project_homepage: str
+    summary: str
+    description: str  # a Jinja template, rendered with the template context
+    changelog_entry: str  # likewise
+    takes_over: tuple[str, ...]
+    changelog_date: str
+    changelog_distribution: str
+    upstream: Upstream
+    kernel_min: str
+    kernel_tested_max: str
+    kernel_config_gate: tuple[str, ...]
+    install: tuple[str, ...]  # top-level paths of the patched tree that go to /usr/src
+    make_arguments: str  # extra arguments of the DKMS make line
+    device: dict[str, str]
+    appstream: dict[str, Any]
+    directory: Path
+    local_suffix: str = ""  # only for test builds of a "next" version
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.directory / "patches"
+
+    @property
+    def udev_template(self) -> Path:
+        return self.directory / "udev.rules.j2"
+
+    @property
+    def appstream_id(self) -> str:
+        """The AppStream component id; the metainfo file must be named after it."""
+        return f"io.github.aipu_dkms.{self.module}"
+
+    @property
+    def version(self) -> str:
+        """Upstream part of the Debian version: the driver's version, plus the snapshot of
+        a git source."""
+        snapshot = (
+            f"+git{self.upstream.date}.{self.upstream.commit[:7]}"
+            if self.upstream.kind == "git"
+            else ""
+        )
+        local = f"+{self.local_suffix}" if self.local_suffix else ""
+        return f"{self.upstream_version}{snapshot}{local}"
+
+    @property
+    def debian_version(self) -> str:
+        return f"{self.version}-{self.debian_revision}"
+
+    @property
+    def source_dir_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+    @property
+    def kernel_regex(self) -> str:
+        """dkms BUILD_EXCLUSIVE_KERNEL: every kernel release from kernel_min on."""
+        return kernel_min_regex(self.kernel_min)
+
+    def with_local_suffix(self, suffix: str) -> Config:
+        """A later version of the same package (``<version>+<suffix>``), to test upgrades."""
+        if not re.fullmatch(r"[a-z0-9.]+", suffix):
+            raise BuildError(
+                f"version suffix {suffix!r} may only hold a-z, 0-9 and dots", ExitCode.USAGE
+            )
+        return dataclasses.replace(self, local_suffix=suffix)
+
+
+def package_names() -> list[str]:
+    """Every driver package: a folder under packages/ with a package.yaml."""
+    return sorted(path.parent.name for path in PACKAGES_DIR.glob("*/package.yaml"))
+
+
+def config_path(name: str) -> Path:
+    path = PACKAGES_DIR / name / "package.yaml"
+    if not path.is_file():
+        raise BuildError(
+            f"no driver package {name!r}: known are {', '.join(package_names())}", ExitCode.USAGE
+        )
+    return path
+
+
+def load_package(name: str) -> Config:
+    return load_config(config_path(name))
+
+
+def kernel_min_regex(minimum: str) -> str:
+    """A regex matching kernel releases >= ``minimum`` ("MAJOR.MINOR").
+
+    dkms 3.0 only knows BUILD_EXCLUSIVE_KERNEL (a regex); BUILD_EXCLUSIVE_KERNEL_MIN came in
+    dkms 3.1, so a regex is the one gate every supported dkms understands.
+    """
+    match = _KERNEL_VERSION.match(minimum)
+    if not match:
+        raise BuildError(
+            f"kernel.min {minimum!r} is not MAJOR.MINOR: fix package.yaml", ExitCode.USAGE
+        )
+    major, minor = int(match[1]), int(match[2])
+    same_major = rf"{major}\.({_at_least(minor)})([.-]|$)"
+    later_major = rf"({_at_least(major + 1)})\."
+    return rf"^({same_major}|{later_major})"
+
+
+def _at_least(number: int) -> str:
+    """Regex alternatives for a decimal integer >= number (no leading zeros)."""
+    digits = str(number)
+    width = len(digits)
+    alternatives = [rf"[1-9][0-9]{{{width},}}"]  # more digits than number
+    for position, digit in enumerate(digits):
+        prefix = digits[:position]
+        rest = width - position - 1
+        last = position == width - 1
+        low = int(digit) if last else int(digit) + 1
+        if low <= 9:
+            tail = f"[0-9]{{{rest}}}" if rest else ""
+            alternatives.append(f"{prefix}[{low}-9]{tail}")
+    return "|".join(alternatives)
+
+
+def _require(data: dict[str, Any], path: str, file: Path) -> Any:
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            raise BuildError(f"{file}: missing key {path!r}: add it", ExitCode.USAGE)
+        node = node[key]
+    return node
+
+
+def _upstream(data: dict[str, Any], path: Path) -> Upstream:
+    def text(key: str) -> str:
+        return str(_require(data, f"upstream.{key}", path))
+
+    section = _require(data, "upstream", path)
+    uapi = tuple(str(item) for item in section.get("uapi_headers", []))
+    if "debian_source" in section:
+        source_file = text("debian_source.file")
+        package = text("debian_source.package")
+        upstream = Upstream(
+            kind="debian-source",
+            repository=f"{DEBIAN_MIRROR}/pool/main/{package[0]}/{package}",
+            commit="",
+            date=text("debian_source.date"),
+            paths=tuple(str(item).strip("/") for item in _require(data, "upstream.paths", path)),
+            tree_id=text("tree_id"),
+            license=text("license"),
+            uapi_headers=uapi,
+            source_package=package,
+            source_version=text("debian_source.version"),
+            source_file=source_file,
+            source_sha256=text("debian_source.sha256"),
+        )
+        if not _SHA256.match(upstream.source_sha256):
+            raise BuildError(
+                f"{path}: upstream.debian_source.sha256 must be 64 lowercase hex digits",
+                ExitCode.USAGE,
+            )
+    else:
+        upstream = Upstream(
+            kind="git",
+            repository=text("repository"),
+            commit=text("commit"),
+            date=text("commit_date"),
+            paths=(text("subtree").strip("/"),),
+            tree_id=text("tree_id"),
+            license=text("license"),
+            uapi_headers=uapi,
+        )
+        if not _SHA1.match(upstream.commit):
+            raise BuildError(
+                f"{path}: upstream.commit must be 40 lowercase hex digits", ExitCode.USAGE
+            )
+    if not _SHA1.match(upstream.tree_id):
+        raise BuildError(
+            f"{path}: upstream.tree_id must be 40 lowercase hex digits", ExitCode.USAGE
+        )
+    return upstream
+
+
+def load_config(path: Path = DEFAULT_CONFIG) -> Config:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise BuildError(f"cannot read {path}: {error.strerror}", ExitCode.USAGE) from error
+    except yaml.YAMLError as error:
+        raise BuildError(f"{path} is not valid YAML: {error}", ExitCode.USAGE) from error
+    if not isinstance(data, dict):
+        raise BuildError(f"{path} must be a mapping", ExitCode.USAGE)
+
+    def text(key: str) -> str:
+        return str(_require(data, key, path))
+
+    gate = _require(data, "kernel.config_gate", path)
+    config = Config(
+        name=text("package.name"),
+        module=text("package.module"),
+        upstream_version=text("package.upstream_version"),
+        debian_revision=text("package.debian_revision"),
+        maintainer=text("package.maintainer"),
+        homepage=text("package.homepage"),
+        project_homepage=text("package.project_homepage"),
+        summary=text("package.summary"),
+        description=" ".join(text("package.description").split()),
+        changelog_entry=" ".join(text("package.changelog.entry").split()),
+        takes_over=tuple(_require(data, "package.takes_over", path) or ()),
+        changelog_date=text("package.changelog.date"),
+        changelog_distribution=text("package.changelog.distribution"),
+        upstream=_upstream(data, path),
+        kernel_min=text("kernel.min"),
+        kernel_tested_max=text("kernel.tested_max"),
+        kernel_config_gate=tuple(gate) if isinstance(gate, list) else (str(gate),),
+        install=tuple(str(item) for item in _require(data, "dkms.install", path)),
+        make_arguments=str(data.get("dkms", {}).get("make_arguments", "")),
+        device={key: str(value) for key, value in _require(data, "device", path).items()},
+        appstream=dict(_require(data, "appstream", path)),
+        directory=path.resolve().parent,
+    )
+    kernel_min_regex(config.kernel_min)  # validates the format early
+    return config
