@@ -59,15 +59,17 @@ autopkgtest: deb
 	$(PY) -m kernel_lab autopkgtest --suite $(LINT_SUITE) --workdir $(BUILD)/autopkgtest \
 		$$(ls $(DIST)/aipu-dkms_*_all.changes)
 
-## piuparts: install, upgrade N -> N+1 and purge of both packages, nothing left (root)
+## piuparts: install, upgrade N -> N+1 and purge of every package, nothing left (root)
 piuparts: deb
-	$(BUILD_TOOL) deb --build-dir $(BUILD)/next-build/aipu-dkms --dist $(BUILD)/next \
-		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
+	for package in $$($(BUILD_TOOL) packages); do \
+		$(BUILD_TOOL) --package $$package deb --build-dir $(BUILD)/next-build/$$package \
+			--dist $(BUILD)/next --version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null; \
+	done
 	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/next-build/npuctl --dist $(BUILD)/next \
 		--version-suffix $(NEXT_SUFFIX) --no-lintian >/dev/null
 	$(PY) -m kernel_lab piuparts --suite $(LINT_SUITE) --log $(BUILD)/piuparts.log \
-		$$(ls $(DIST)/aipu-dkms_*_all.deb $(DIST)/npuctl_*_all.deb | sed 's/^/--previous /') \
-		$$(ls $(BUILD)/next/aipu-dkms_*+$(NEXT_SUFFIX)-*_all.deb $(BUILD)/next/npuctl_*+$(NEXT_SUFFIX)_all.deb)
+		$$(ls $(DIST)/*_all.deb | sed 's/^/--previous /') \
+		$$(ls $(BUILD)/next/*+$(NEXT_SUFFIX)*_all.deb)
 
 ## module: plain kbuild of the patched tree against KDIR with -Werror (ARCH/CROSS_COMPILE as needed)
 module: patch

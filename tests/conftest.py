@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, load_config
+from pipeline.config import Config, load_config, load_package
 from pipeline.fetch import cache_root, find_upstream
 
 
@@ -51,6 +51,29 @@ def built_packages(config: Config, upstream_tree: Path, tmp_path_factory) -> dic
         "changes": one(".changes"),
         "build_dir": build_dir,
     }
+
+
+@pytest.fixture(scope="session")
+def rocket_config() -> Config:
+    return load_package("rocket-dkms")
+
+
+@pytest.fixture(scope="session")
+def rocket_packages(rocket_config: Config, tmp_path_factory) -> dict[str, Path]:
+    """rocket-dkms built once per session: file name -> path of each artifact."""
+    from pipeline.package import build_packages
+
+    tree = find_upstream(rocket_config)
+    if tree is None:
+        pytest.skip(
+            f"rocket source {rocket_config.upstream.tree_id[:12]} is not in the cache "
+            f"({cache_root()}/upstream): run 'make fetch' (downloads "
+            f"{rocket_config.upstream.source_file} from the Debian archive once)"
+        )
+    artifacts = build_packages(
+        rocket_config, tree, tmp_path_factory.mktemp("rocket"), tmp_path_factory.mktemp("rdist")
+    )
+    return {path.name: path for path in artifacts}
 
 
 def require_chroot_support() -> None:

@@ -108,16 +108,22 @@ def test_uapi_header_license_names_the_syscall_note(built_packages, tmp_path):
 
 
 @pytest.mark.chroot
-def test_newest_lintian_and_appstream_are_clean(built_packages, tmp_path):
-    """trixie's lintian (2.122) and appstreamcli judge the package too, in a chroot."""
+def test_newest_lintian_and_appstream_are_clean(built_packages, rocket_packages, tmp_path):
+    """trixie's lintian (2.122) and appstreamcli judge both driver packages too, in a chroot."""
     from kernel_lab.lint import lint
     from kernel_lab.suites import SUITES
 
     from .conftest import require_chroot_support
 
     require_chroot_support()
-    (result,) = lint(SUITES["trixie"], [built_packages["changes"]], tmp_path / "lint")
-    assert result.ok, result.lintian_output + result.appstream_output
+    rocket_changes = next(
+        path for name, path in rocket_packages.items() if name.endswith(".changes")
+    )
+    results = lint(SUITES["trixie"], [built_packages["changes"], rocket_changes], tmp_path / "lint")
+    assert len(results) == 2
+    for result in results:
+        assert result.ok, result.lintian_output + result.appstream_output
+    result = results[0]
     version = re.search(r"v(\d+)\.(\d+)", result.lintian_version)
     assert version and (int(version[1]), int(version[2])) >= (2, 122), result.lintian_version
 
@@ -190,8 +196,8 @@ def test_the_autopkgtest_really_builds_for_an_arm64_kernel(built_packages, tmp_p
 
 
 @pytest.mark.chroot
-def test_piuparts_installs_upgrades_and_purges_both_packages(
-    built_packages, config, upstream_tree, tmp_path
+def test_piuparts_installs_upgrades_and_purges_every_package(
+    built_packages, config, upstream_tree, rocket_packages, rocket_config, tmp_path
 ):
     from kernel_lab import piuparts
     from pipeline.npuctl_package import build_npuctl_package
@@ -206,12 +212,25 @@ def test_piuparts_installs_upgrades_and_purges_both_packages(
     def deb(artifacts: list[Path]) -> Path:
         return next(path for path in artifacts if path.suffix == ".deb")
 
+    from pipeline.fetch import find_upstream
+
     following = config.with_local_suffix("lab1")
     previous = [
         built_packages["deb"],
+        deb(list(rocket_packages.values())),
         deb(build_npuctl_package(config, tmp_path / "b1", tmp_path / "d1", lintian=False)),
     ]
+    rocket_next = rocket_config.with_local_suffix("lab1")
     latest = [
+        deb(
+            build_packages(
+                rocket_next,
+                find_upstream(rocket_config),
+                tmp_path / "b4",
+                tmp_path / "d4",
+                lintian=False,
+            )
+        ),
         deb(
             build_packages(
                 following, upstream_tree, tmp_path / "b2", tmp_path / "d2", lintian=False

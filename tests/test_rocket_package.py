@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, load_package, package_names
+from pipeline.config import Config, package_names
 from pipeline.errors import ExitCode
 from pipeline.fetch import cache_root, find_upstream, git_tree_id
 
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def rocket() -> Config:
-    return load_package("rocket-dkms")
+def rocket(rocket_config) -> Config:
+    return rocket_config
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +32,14 @@ def rocket_tree(rocket: Config) -> Path:
     if tree is None:
         pytest.skip(
             f"rocket source {rocket.upstream.tree_id[:12]} is not in the cache "
-            f"({cache_root()}/upstream): run 'make fetch' (downloads "
-            f"{rocket.upstream.source_file} from the Debian archive once)"
+            f"({cache_root()}/upstream): run 'make fetch'"
         )
     return tree
 
 
 @pytest.fixture(scope="module")
-def rocket_deb(rocket: Config, rocket_tree: Path, tmp_path_factory) -> dict[str, Path]:
-    from pipeline.package import build_packages
-
-    dist = tmp_path_factory.mktemp("rocket-dist")
-    artifacts = build_packages(rocket, rocket_tree, tmp_path_factory.mktemp("rocket"), dist)
-    return {path.name.rsplit(".", 1)[-1] if path.suffix != ".xz" else path.name: path
-            for path in artifacts}  # fmt: skip
+def rocket_deb(rocket_packages) -> dict[str, Path]:
+    return rocket_packages
 
 
 def _deb(rocket_deb: dict[str, Path]) -> Path:

@@ -430,7 +430,14 @@ def _modules_tree(chroot: Chroot, release: str) -> Path:
                 check=False,
                 capture_output=True,
             )
-            kernels = list(Path(scratch).glob(f"*lib/modules/{release}/kernel"))
+            kernels = [
+                path
+                for path in (
+                    Path(scratch) / prefix / release / "kernel"
+                    for prefix in ("usr/lib/modules", "lib/modules")
+                )
+                if path.is_dir()
+            ]
             if kernels:
                 target.mkdir(parents=True, exist_ok=True)
                 kernels[0].rename(target / "kernel")
