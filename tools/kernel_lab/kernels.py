@@ -305,10 +305,8 @@ def gate_misses(
     misses = []
     if release_regex and not re.search(release_regex, release):
         misses.append(f"{release} is older than the package's kernel.min")
-    config_file = chroot.path(f"/lib/modules/{release}/build/.config")
-    config = (
-        config_file.read_text(encoding="utf-8", errors="replace") if config_file.exists() else ""
-    )
+    # Read inside the chroot: build is an absolute symlink into the chroot's /usr/src.
+    config = chroot.run(["cat", f"/lib/modules/{release}/build/.config"], check=False).stdout
     for option in gate:
         name = option.removeprefix("!")
         present = re.search(rf"(?m)^{re.escape(name)}=[ym]", config) is not None
@@ -317,3 +315,11 @@ def gate_misses(
         elif not option.startswith("!") and not present:
             misses.append(f"{name} is off")
     return misses
+
+
+def has_headers(chroot: Chroot, release: str) -> bool:
+    """The kernel's build tree is there (followed inside the chroot, as dkms does)."""
+    return (
+        chroot.run(["test", "-e", f"/lib/modules/{release}/build/.config"], check=False).returncode
+        == 0
+    )

@@ -255,7 +255,7 @@ class SuiteRun:
             self.cell(row, "warnings", lambda: self._werror(chroot, kernel, build))
 
     def _gate_misses(self, chroot: Chroot, kernel: Kernel, build: Packages) -> list[str]:
-        if not chroot.path(f"/lib/modules/{kernel.release}/build").exists():
+        if not kernels.has_headers(chroot, kernel.release):
             kernels.install(chroot, kernel, target_release=self.suite.target_release)
         return kernels.gate_misses(chroot, kernel.release, build.gate, build.kernel_regex)
 
