@@ -201,7 +201,9 @@ class SuiteRun:
                         lambda k=kernel, b=build, o=output: self._autoinstalled(chroot, k, b, o),
                     )
                     auto.seconds = round(auto.seconds + spent, 1)
-                    row.cells["build"] = Cell(auto.status, 0.0, "by the autoinstall")
+                    # A skip or failure says why in the build cell too, not only beside it.
+                    why = "" if auto.status == "ok" else f": {auto.detail}"
+                    row.cells["build"] = Cell(auto.status, 0.0, "by the autoinstall" + why)
                 else:
                     for column in ("build", "autoinstall"):
                         row.cells[column] = Cell("skipped", detail="package install failed")
