@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from npuctl.noe.binding import NoeLibrary, Session, dequantize
-from npuctl.pipelines import clip_image, yolo
-from npuctl.pipelines.clip_tokenizer import ClipTokenizer
-from npuctl.pipelines.embeddings import normalise
+from npuctl.platforms.zhouyi.noe.binding import NoeLibrary, Session, dequantize
+from npuctl.platforms.zhouyi.pipelines import clip_image, yolo
+from npuctl.platforms.zhouyi.pipelines.clip_tokenizer import ClipTokenizer
+from npuctl.platforms.zhouyi.pipelines.embeddings import normalise
 from tests.npuctl.reference_nms import straightforward_nms
 from tests.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5, Wheel
 

@@ -10,9 +10,15 @@ import numpy as np
 import pytest
 
 from npuctl.errors import InputError, ModelError, NpuError
-from npuctl.noe import abi
-from npuctl.noe.binding import NoeLibrary, Session, TensorInfo, dequantize, quantize
-from npuctl.noe.isolation import probe_model
+from npuctl.platforms.zhouyi.noe import abi
+from npuctl.platforms.zhouyi.noe.binding import (
+    NoeLibrary,
+    Session,
+    TensorInfo,
+    dequantize,
+    quantize,
+)
+from npuctl.platforms.zhouyi.noe.isolation import probe_model
 
 from .conftest import write_model
 
@@ -222,7 +228,7 @@ def test_double_crashes_on_null_job_config_like_the_real_library(board):
 def test_binding_silences_umd_log_lines(board):
     code = f"""
         import numpy as np
-        from npuctl.noe.binding import NoeLibrary, Session
+        from npuctl.platforms.zhouyi.noe.binding import NoeLibrary, Session
         try:
             with Session(NoeLibrary({str(board.library)!r})) as npu:
                 npu.graph  # opened fine

@@ -30,7 +30,7 @@ def models(board):
     board.model("yolov8n.cix", ["U8 1228800 255.0 0"], ["F16 1411200 1.0 0"])
     manifest = load_manifest()
     lock = Lock.load(board.models)
-    for model in manifest.models:
+    for model in manifest.models_of("zhouyi"):
         path = board.models / model.file
         lock.record(model, sha256_of(path), path.stat().st_size)
     return board.models

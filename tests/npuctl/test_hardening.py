@@ -153,7 +153,7 @@ def test_a_child_that_cannot_start_is_a_runtime_error(
 
 def test_the_doctor_reports_a_child_that_cannot_start(board, tmp_path, monkeypatch, capsys):
     from npuctl.doctor.findings import Report, Status
-    from npuctl.doctor.npu import check_library
+    from npuctl.platforms.zhouyi.doctor.npu import check_library
 
     monkeypatch.setattr(sys, "executable", str(tmp_path / "vanished-python"))
     report = Report()
@@ -311,7 +311,7 @@ def test_long_texts_are_cut_or_refused(board, vocab_in):
 
 
 def test_run_json_says_how_text_was_cleaned(board, vocab_in):
-    from npuctl.pipelines.text_fixes import CLEANING
+    from npuctl.platforms.zhouyi.pipelines.text_fixes import CLEANING
 
     board.clip_text()
     assert board.npuctl_json("run", "clip-text", "hi")["text_cleaning"] == CLEANING
@@ -378,6 +378,7 @@ def test_files_written_as_root_are_readable_by_other_users(board, other_user, cl
             yaml.safe_dump(
                 {
                     "schema": 1,
+                    "platform": "zhouyi",
                     "models": {
                         "clip-text": {
                             "file": "clip_txt.cix",

@@ -84,6 +84,7 @@ def server():
 def manifest(board, server, tmp_path):
     document = {
         "schema": 1,
+        "platform": "zhouyi",
         "models": {
             "clip-text": {
                 "file": "clip_txt.cix",
@@ -175,12 +176,17 @@ def test_unknown_name(board, manifest):
     assert "unknown model" in one_line_error(board.npuctl("models", "fetch", "gpt5"), 2)
 
 
-def test_the_shipped_manifest_describes_the_three_hub_models():
+def test_the_shipped_manifest_describes_each_platforms_models():
     from npuctl.models.manifest import load_manifest
 
     manifest = load_manifest()
-    assert {m.name for m in manifest.models} == {"clip-text", "clip-visual", "yolov8n"}
-    assert all(m.url.startswith("https://modelscope.cn/models/cix/") for m in manifest.models)
+    zhouyi = manifest.models_of("zhouyi")
+    assert {m.name for m in zhouyi} == {"clip-text", "clip-visual", "yolov8n"}
+    assert all(m.url.startswith("https://modelscope.cn/models/cix/") for m in zhouyi)
+    (mobilenet,) = manifest.models_of("rocket")
+    assert mobilenet.file == "mobilenet_v1_1.0_224_quant.tflite"
+    assert mobilenet.needs == ("mobilenet-labels",)
+    assert {m.platform for m in manifest.entries.values()} == {"zhouyi", "rocket"}
     vocab = manifest.get("clip-bpe-vocab")
     assert vocab.sha256 == "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a"
 

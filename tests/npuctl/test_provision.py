@@ -38,6 +38,7 @@ def hub(board, tmp_path):
     serving = Server({"model.cix": MODEL_BYTES, "vocab.gz": VOCAB_BYTES})
     manifest = {
         "schema": 1,
+        "platform": "zhouyi",
         "models": {
             "clip-text": {
                 "file": "clip_txt.cix",
@@ -57,9 +58,13 @@ def hub(board, tmp_path):
     serving.close()
 
 
-def provision(board, image, *args):
+def provision(board, image, *args, env=None):
     return board.npuctl(
-        "provision", "--user", "opi", *args, extra_env={"NPUCTL_ROOT": str(image.root)}
+        "provision",
+        "--user",
+        "opi",
+        *args,
+        extra_env={"NPUCTL_ROOT": str(image.root), **(env or {})},
     )
 
 
@@ -156,12 +161,20 @@ def test_not_a_vendor_deb(board, image, tmp_path):
     assert "not a Debian package" in one_line_error(result, 3)
 
 
-def test_dry_run_on_a_machine_without_an_npu_warns(board, tmp_path):
+def test_dry_run_for_a_platform_this_machine_lacks_warns(board, tmp_path):
     empty = BoardImage(tmp_path / "not-a-board")
     empty.remove("sys/bus/acpi/devices/CIXH4000:00")
-    result = provision(board, empty, "--dry-run")
+    result = provision(board, empty, "--dry-run", env={"NPUCTL_PLATFORM": "zhouyi"})
     assert result.returncode == 0, result.stderr
     assert "[would do]" in result.stdout
     (warning,) = result.stderr.strip().splitlines()
-    assert warning.startswith("npuctl: warning: NPU: no CIXH4000 ACPI device")
+    assert warning.startswith("npuctl: warning: no Zhouyi NPU")
+    assert "no CIXH4000 ACPI device" in warning
     assert "of no use on this machine" in warning
+
+
+def test_provision_without_an_npu_asks_which_platform(board, tmp_path):
+    empty = BoardImage(tmp_path / "not-a-board")
+    empty.remove("sys/bus/acpi/devices/CIXH4000:00")
+    line = one_line_error(provision(board, empty, "--dry-run"), 2)
+    assert "no supported NPU on this machine: pass --platform (zhouyi, rocket)" in line

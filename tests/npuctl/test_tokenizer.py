@@ -7,7 +7,13 @@ import string
 
 import pytest
 
-from npuctl.pipelines.clip_tokenizer import CONTEXT_LENGTH, EOT, SOT, VOCAB_SIZE, ClipTokenizer
+from npuctl.platforms.zhouyi.pipelines.clip_tokenizer import (
+    CONTEXT_LENGTH,
+    EOT,
+    SOT,
+    VOCAB_SIZE,
+    ClipTokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +245,7 @@ def test_builtin_cleaning_matches_the_reference_on_ordinary_text(
     """Without ftfy (Debian 12) the ids still match OpenAI's on ordinary text."""
     import ftfy
 
-    from npuctl.pipelines import text_fixes
+    from npuctl.platforms.zhouyi.pipelines import text_fixes
 
     monkeypatch.setattr(text_fixes, "ftfy", None)
     builtin = ClipTokenizer(clip_vocab)
@@ -258,7 +264,7 @@ def test_both_configurations_match_the_reference_on_ordinary_text(ours, referenc
 
 def test_builtin_fixes_without_any_reference(clip_vocab, monkeypatch):
     """What Debian 12 users get: quotes, ligatures and width fixed as ftfy would."""
-    from npuctl.pipelines import text_fixes
+    from npuctl.platforms.zhouyi.pipelines import text_fixes
 
     monkeypatch.setattr(text_fixes, "ftfy", None)
     builtin = ClipTokenizer(clip_vocab)

@@ -1,5 +1,5 @@
-"""The npuctl Debian package: a native source package of the npuctl/ project, with the model
-manifest from provision/ and debian/ rendered from npuctl/debian/."""
+"""The npuctl Debian package: a native source package of the npuctl/ project, with debian/
+rendered from npuctl/debian/."""
 
 from __future__ import annotations
 
@@ -52,7 +52,6 @@ def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
         shutil.copytree(
             NPUCTL,
             tree,
-            symlinks=False,  # the manifest link points into provision/: copy the file
             ignore=shutil.ignore_patterns("debian", "__pycache__", "*.egg-info", "build"),
         )
         render_tree(NPUCTL / "debian", tree / "debian", _context(config, version))

@@ -16,13 +16,16 @@ class ChildResult:
     answer: dict | None  # the child's JSON answer; None when there is none
     problem: str = ""  # what went wrong when there is no answer, as the end of a sentence
     started: bool = True  # False: the process could not even be started
+    stderr: str = ""  # what the child printed there (vendor libraries report failures there)
 
 
-def run_module(module: str, args: list[str], timeout: float) -> ChildResult:
-    """``python -m module args...`` with the running interpreter."""
+def run_module(
+    module: str, args: list[str], timeout: float, python: str | None = None
+) -> ChildResult:
+    """``python -m module args...`` with the running interpreter (or ``python``)."""
     try:
         result = subprocess.run(
-            [sys.executable, "-m", module, *args],
+            [python or sys.executable, "-m", module, *args],
             capture_output=True,
             text=True,
             errors="replace",
@@ -41,12 +44,12 @@ def run_module(module: str, args: list[str], timeout: float) -> ChildResult:
             name = signal.Signals(-result.returncode).name
         except ValueError:
             name = f"signal {-result.returncode}"
-        return ChildResult(None, f"crashed ({name})")
+        return ChildResult(None, f"crashed ({name})", stderr=result.stderr)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if lines:
         try:
-            return ChildResult(json.loads(lines[-1]))
+            return ChildResult(json.loads(lines[-1]), stderr=result.stderr)
         except ValueError:
             pass
     last = (result.stderr.strip().splitlines() or [f"no answer (exit {result.returncode})"])[-1]
-    return ChildResult(None, last[-300:])
+    return ChildResult(None, last[-300:], stderr=result.stderr)

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__
-from .defaults import DEFAULT_LIBRARY, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
+from .defaults import DEFAULT_MAX_IMAGE_PIXELS
 from .errors import ExitCode, NpuctlError
+from .platforms import all_platforms
 
 if TYPE_CHECKING:
-    from .inference import Npu
     from .models.manifest import Manifest
 
 # name -> (module under npuctl.commands, attribute, one-line help shown by 'npuctl --help')
@@ -27,27 +27,32 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "provision": ("provision", "provision", "Finish the board set-up (needs root)."),
     "models": ("models", "models", "Manage the models npuctl knows by name."),
     "run": ("run", "run", "Run a model on the NPU."),
-    "bench": ("bench", "bench", "Time a model's raw inference and its full pipeline."),
+    "bench": ("bench", "bench", "Time a model on the NPU (and on the CPU where it can)."),
 }
 
 
 class Settings:
-    """The global options; the NPU and the manifest are built on first use."""
+    """The global options. Platform runtimes keep what they build here (``cache``), so one
+    command builds each at most once."""
 
     def __init__(
-        self, library: Path, models_dir: Path | None, timeout_ms: int, max_image_pixels: int
+        self,
+        models_dir: Path | None,
+        max_image_pixels: int,
+        platform: str | None,
+        options: dict[str, object],
     ) -> None:
-        self.library = library
         self.models_dir_option = models_dir
-        self.timeout_ms = timeout_ms
         self.max_image_pixels = max_image_pixels
+        self.platform = platform
+        self.options = options
+        self.cache: dict[str, object] = {}
 
     @cached_property
-    def npu(self) -> Npu:
-        from .inference import Npu
+    def models_dir(self) -> Path:
         from .models.store import default_models_dir
 
-        return Npu(self.library, self.models_dir_option or default_models_dir(), self.timeout_ms)
+        return self.models_dir_option or default_models_dir()
 
     @cached_property
     def manifest(self) -> Manifest:
@@ -76,15 +81,22 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, text) for name, (_, _, text) in COMMANDS.items()])
 
 
+def with_platform_options(command: click.Command) -> click.Command:
+    """Each platform's global options (its runtime's library, timeouts ...)."""
+    for platform in reversed(all_platforms()):
+        for option in reversed(platform.global_options):
+            command = option(command)
+    return command
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="npuctl")
 @click.option(
-    "--library",
-    type=click.Path(path_type=Path),
-    envvar="NPUCTL_LIBNOE",
-    default=DEFAULT_LIBRARY,
-    show_default=True,
-    help="libnoe.so to use.",
+    "--platform",
+    type=click.Choice([platform.name for platform in all_platforms()]),
+    envvar="NPUCTL_PLATFORM",
+    default=None,
+    help="The NPU family [default: the one this machine has].",
 )
 @click.option(
     "--models-dir",
@@ -95,13 +107,6 @@ class LazyGroup(click.Group):
     "exists, else ~/.local/share/npuctl/models].",
 )
 @click.option(
-    "--timeout-ms",
-    type=click.IntRange(1, MAX_TIMEOUT_MS),
-    default=DEFAULT_TIMEOUT_MS,
-    show_default=True,
-    help="Timeout of one inference (at most 2147483647, libnoe's int32).",
-)
-@click.option(
     "--max-image-pixels",
     type=click.IntRange(1, 2**31 - 1),
     envvar="NPUCTL_MAX_IMAGE_PIXELS",
@@ -109,16 +114,19 @@ class LazyGroup(click.Group):
     show_default=True,
     help="Refuse larger images before decoding them.",
 )
+@with_platform_options
 @click.pass_context
 def cli(
     context: click.Context,
-    library: Path,
+    platform: str | None,
     models_dir: Path | None,
-    timeout_ms: int,
     max_image_pixels: int,
+    **options: object,
 ) -> None:
-    """Validate, run and benchmark the Zhouyi NPU of the Orange Pi 6 Plus."""
-    context.obj = Settings(library, models_dir, timeout_ms, max_image_pixels)
+    """Validate, run and benchmark the NPU of an ARM board: the Zhouyi NPU of the Orange Pi
+    6 Plus (CIX Sky1) and the RK3588 NPU of the Orange Pi 5 Plus (rocket driver, Mesa
+    Teflon)."""
+    context.obj = Settings(models_dir, max_image_pixels, platform, options)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""npuctl bench MODEL -n N"""
+"""npuctl bench MODEL -n N: the model's platform times it in stages; this prints them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import click
 import numpy as np
 
 from ..cli import Settings, pass_settings
-from ..output import emit_json, progress_bar, table
+from ..errors import ExitCode, NpuctlError
+from ..output import emit_json, table
+from ..platforms import by_name
+
+KEYS = ("mean_ms", "p50_ms", "p95_ms", "min_ms", "max_ms", "stddev_ms", "throughput_per_s")
 
 
 def statistics(seconds: list[float]) -> dict[str, float]:
@@ -40,45 +44,43 @@ def statistics(seconds: list[float]) -> dict[str, float]:
 def bench(
     settings: Settings, name: str, iterations: int, warmup: int, model: Path | None, as_json: bool
 ) -> None:
-    """Time NAME's raw inference and its full pipeline (job, load, infer, read, clean)."""
-    chosen = settings.npu.resolve(settings.manifest.model(name), model)
-    pipeline: list[float] = []
-    infer: list[float] = []
-    with (
-        settings.npu.session() as session,
-        settings.npu.model(session, chosen) as loaded,
-    ):
-        rng = np.random.default_rng(0)
-        inputs = [rng.integers(0, 100, info.count).astype(info.dtype) for info in loaded.inputs]
-        for _ in range(warmup):
-            loaded.run(inputs)
-        with progress_bar(iterations, name, shown=not as_json) as bar:
-            for _ in range(iterations):
-                timing = loaded.run(inputs).timing
-                pipeline.append(timing.pipeline)
-                infer.append(timing.infer)
-                bar.update(1)
-    result = {
+    """Time NAME in stages: on Zhouyi its raw inference and its full pipeline; on rocket the
+    NPU beside the CPU interpreter, and their ratio."""
+    entry = settings.manifest.model(name)
+    if not (entry.platform or settings.platform):
+        raise NpuctlError(
+            f"the model manifest does not say which NPU family runs {name}: add "
+            "'platform:' to it or pass --platform",
+            ExitCode.USAGE,
+        )
+    platform = by_name(entry.platform or settings.platform or "")
+    path, stages = platform.module("bench").bench(
+        settings, entry, model, iterations, warmup, not as_json
+    )
+    result: dict[str, object] = {
         "model": name,
-        "path": str(chosen.path),
+        "platform": platform.name,
+        "path": str(path),
         "iterations": iterations,
         "warmup": warmup,
-        "raw_inference": statistics(infer),
-        "full_pipeline": statistics(pipeline),
+        **{stage: statistics(seconds) for stage, seconds in stages.items()},
     }
+    names = list(stages)
+    if len(names) == 2:
+        first, second = (result[stage]["mean_ms"] for stage in names)  # type: ignore[index]
+        result["ratio"] = {"stages": names, "mean_ratio": second / first if first else 0.0}
     if as_json:
         emit_json(result)
         return
-    keys = ["mean_ms", "p50_ms", "p95_ms", "min_ms", "max_ms", "stddev_ms", "throughput_per_s"]
     click.echo(
         table(
             ["stage", "mean", "p50", "p95", "min", "max", "stddev", "per s"],
             [
-                [stage, *[f"{result[key][k]:.2f}" for k in keys]]
-                for stage, key in (
-                    ("raw inference", "raw_inference"),
-                    ("full pipeline", "full_pipeline"),
-                )
+                [stage.replace("_", " "), *[f"{result[stage][k]:.2f}" for k in KEYS]]  # type: ignore[index]
+                for stage in names
             ],
         )
     )
+    if "ratio" in result:
+        ratio = result["ratio"]["mean_ratio"]  # type: ignore[index]
+        click.echo(f"{names[1].replace('_', ' ')} / {names[0].replace('_', ' ')}: {ratio:.2f}x")

@@ -12,9 +12,10 @@ from .. import __version__
 from ..cli import Settings, pass_settings
 from ..doctor.bundle import write_bundle
 from ..doctor.run import Options, run_doctor
-from ..doctor.system import Identity, System
 from ..errors import ExitCode
 from ..output import emit_json
+from ..platforms import by_name
+from ..system import Identity, System
 
 
 @click.command()
@@ -47,22 +48,25 @@ def doctor(settings: Settings, quick: bool, as_json: bool, bundle: Path | None, 
         if identity and root != Path("/")
         else System(root)
     )
-    options = Options(
-        settings.npu.library_path,
-        settings.npu.models_dir,
-        settings.manifest,
-        quick=quick,
-        timeout_ms=settings.npu.timeout_ms,
-    )
-    if os.environ.get("NPUCTL_DOCTOR_CHILD_TIMEOUT"):  # seconds a libnoe child may take
+    options = Options(settings.models_dir, settings.manifest, settings.options, quick=quick)
+    if os.environ.get("NPUCTL_DOCTOR_CHILD_TIMEOUT"):  # seconds a child may take
         options.timeout_s = float(os.environ["NPUCTL_DOCTOR_CHILD_TIMEOUT"])
-    report = run_doctor(system, options)
+    report = run_doctor(system, options, settings.platform)
     if as_json:
         emit_json(report.as_dict(__version__))
     else:
         click.echo(report.render())
     if bundle is not None:
-        write_bundle(bundle, report, system, __version__)
+        platform = report.facts.get("platform")
+        checks = by_name(str(platform)).module("doctor") if platform else None
+        write_bundle(
+            bundle,
+            report,
+            system,
+            __version__,
+            checks.MODULE if checks else "",
+            checks.kernel_log(system) if checks else [],
+        )
         click.echo(f"support bundle: {bundle}", err=True)
     code = report.exit_code
     if code != ExitCode.OK:

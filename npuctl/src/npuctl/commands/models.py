@@ -9,6 +9,8 @@ from ..errors import ExitCode, ModelError
 from ..models.download import fetch as fetch_entry
 from ..models.store import Lock, verify
 from ..output import emit_json, table
+from ..platforms import chosen
+from ..system import System
 
 
 @click.group()
@@ -21,7 +23,7 @@ def models() -> None:
 @pass_settings
 def list_models(settings: Settings, as_json: bool) -> None:
     """Known models and files, where they are and whether they are pinned."""
-    directory = settings.npu.models_dir
+    directory = settings.models_dir
     lock = Lock.load(directory)
     rows = []
     for entry in settings.manifest.entries.values():
@@ -37,6 +39,7 @@ def list_models(settings: Settings, as_json: bool) -> None:
             {
                 "name": entry.name,
                 "kind": entry.kind,
+                "platform": entry.platform,
                 "file": str(directory / entry.file),
                 "present": present,
                 "checksum": pinned,
@@ -50,11 +53,12 @@ def list_models(settings: Settings, as_json: bool) -> None:
     click.echo(f"model directory: {directory}")
     click.echo(
         table(
-            ["name", "kind", "present", "checksum", "description"],
+            ["name", "kind", "platform", "present", "checksum", "description"],
             [
                 [
                     r["name"],
                     r["kind"],
+                    r["platform"] or "",
                     "yes" if r["present"] else "no",
                     r["checksum"],
                     r["description"],
@@ -70,12 +74,13 @@ def list_models(settings: Settings, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_settings
 def fetch(settings: Settings, names: tuple[str, ...], as_json: bool) -> None:
-    """Download models (default: all) and the files they need; resumable."""
-    directory = settings.npu.models_dir
+    """Download models (default: this machine's NPU family's, or all) and the files they
+    need; resumable."""
+    directory = settings.models_dir
     lock = Lock.load(directory)
-    entries = settings.manifest.with_needs(
-        list(names) or [e.name for e in settings.manifest.models]
-    )
+    platform = chosen(System(), settings.platform)
+    defaults = settings.manifest.models_of(platform.name if platform else None)
+    entries = settings.manifest.with_needs(list(names) or [e.name for e in defaults])
     results = []
     for entry in entries:
         done = fetch_entry(entry, directory, lock, progress=not as_json)
@@ -101,7 +106,7 @@ def fetch(settings: Settings, names: tuple[str, ...], as_json: bool) -> None:
 @pass_settings
 def verify_models(settings: Settings, names: tuple[str, ...], as_json: bool) -> None:
     """Check present files: not empty, not Git LFS pointers, checksums."""
-    directory = settings.npu.models_dir
+    directory = settings.models_dir
     lock = Lock.load(directory)
     entries = [settings.manifest.get(name) for name in names] or list(
         settings.manifest.entries.values()

@@ -1,4 +1,5 @@
-"""npuctl provision"""
+"""npuctl provision: the actions of this machine's NPU family (or --platform's), each
+idempotent, with --dry-run and --undo."""
 
 from __future__ import annotations
 
@@ -8,14 +9,25 @@ from pathlib import Path
 import click
 
 from ..cli import Settings, pass_settings
-from ..doctor.system import System
 from ..models.download import fetch
 from ..models.store import SYSTEM_DIR, Lock
-from ..provision import actions
-from ..provision.actions import ProvisionError
+from ..platforms import all_platforms, by_name, detect
+from ..provision.actions import ProvisionError, Request
+from ..system import System
 
-DEFAULT_ACTIONS = ("group", "runtime-pm", "models")
-ALL_ACTIONS = ("group", "runtime-pm", "models", "umd", "ld-path")
+
+def _action_names() -> list[str]:
+    names: list[str] = []
+    for platform in all_platforms():
+        names += [n for n in platform.module("provision").ACTIONS if n not in names]
+    return names
+
+
+def with_provision_options(command: click.Command) -> click.Command:
+    for platform in reversed(all_platforms()):
+        for option in reversed(platform.provision_options):
+            command = option(command)
+    return command
 
 
 @click.command()
@@ -25,7 +37,7 @@ ALL_ACTIONS = ("group", "runtime-pm", "models", "umd", "ld-path")
     "--only",
     "only",
     multiple=True,
-    type=click.Choice(ALL_ACTIONS),
+    type=click.Choice(_action_names()),
     help="Run only these actions (repeat).",
 )
 @click.option(
@@ -33,19 +45,9 @@ ALL_ACTIONS = ("group", "runtime-pm", "models", "umd", "ld-path")
 )
 @click.option("--group", default="render", show_default=True)
 @click.option(
-    "--umd-deb",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
-    help="CIX's cix-noe-umd .deb to install without its pip postinst.",
-)
-@click.option(
-    "--ld-path",
-    is_flag=True,
-    help="Also add libnoe's folder to the linker path (npuctl itself loads it by path).",
-)
-@click.option(
     "--root", type=click.Path(path_type=Path), default=Path("/"), hidden=True, envvar="NPUCTL_ROOT"
 )
+@with_provision_options
 @pass_settings
 def provision(
     settings: Settings,
@@ -54,44 +56,39 @@ def provision(
     only: tuple[str, ...],
     user: str | None,
     group: str,
-    umd_deb: Path | None,
-    ld_path: bool,
     root: Path,
+    **options: object,
 ) -> None:
-    """Finish the board set-up: device group, NPU power, models, libnoe (idempotent)."""
+    """Finish the board set-up for its NPU family (idempotent).
+
+    Zhouyi: device group, NPU power, models, libnoe. Rocket: render group, Mesa Teflon from
+    trixie-backports with an apt pin, the vendor rknpu driver blacklisted, the TFLite runtime,
+    the models."""
     system = System(root)
+    platform = _platform(system, settings.platform)
+    actions_module = platform.module("provision")
+    unknown = [name for name in only if name not in actions_module.ACTIONS]
+    if unknown:
+        raise ProvisionError(
+            f"{', '.join(unknown)}: not an action of {platform.name}; its actions: "
+            f"{', '.join(actions_module.ACTIONS)}"
+        )
     if root == Path("/") and os.geteuid() != 0 and not dry_run:
         raise ProvisionError("provision changes the system: run it with sudo (or --dry-run)")
-    names = list(only) or [
-        *DEFAULT_ACTIONS,
-        *(["umd"] if umd_deb else []),
-        *(["ld-path"] if ld_path else []),
-    ]
-    warn_without_npu(system)
     user = user or os.environ.get("SUDO_USER") or os.environ.get("USER") or "root"
     models_dir = (
-        settings.npu.models_dir if "NPUCTL_MODELS" in os.environ else (system.path(str(SYSTEM_DIR)))
+        settings.models_dir if "NPUCTL_MODELS" in os.environ else system.path(str(SYSTEM_DIR))
     )
 
-    def fetch_all() -> None:
+    def fetch_models() -> None:
         lock = Lock.load(models_dir)
-        for entry in settings.manifest.with_needs([m.name for m in settings.manifest.models]):
+        names = [m.name for m in settings.manifest.models_of(platform.name)]
+        for entry in settings.manifest.with_needs(names):
             fetch(entry, models_dir, lock, progress=True)
 
-    chosen = []
-    for name in names:
-        if name == "group":
-            chosen.append(actions.group_action(system, user, group))
-        elif name == "runtime-pm":
-            chosen.append(actions.runtime_pm_action(system))
-        elif name == "models":
-            chosen.append(actions.models_action(system, models_dir, fetch_all))
-        elif name == "ld-path":
-            chosen.append(actions.ld_path_action(system))
-        elif name == "umd":
-            if umd_deb is None:
-                raise ProvisionError("--only umd needs --umd-deb FILE")
-            chosen.append(actions.umd_action(system, umd_deb))
+    request = Request(system, user, group, models_dir, fetch_models, options)
+    names = list(only) or actions_module.default_actions(request)
+    chosen = [actions_module.action(name, request) for name in names]
     for action in reversed(chosen) if undo else chosen:
         done = action.is_done()
         if undo:
@@ -107,18 +104,28 @@ def provision(
         if step is not None and not dry_run:
             step()
         click.echo(f"[{state}] {action.name}: {action.description}")
+        if dry_run and step is not None and action.commands:
+            for line in action.commands:
+                click.echo(f"    {line}")
 
 
-def warn_without_npu(system: System) -> None:
-    """Set-up for an NPU this machine does not have is allowed (an image prepared elsewhere),
-    but never silently."""
-    from ..doctor.findings import Report
-    from ..doctor.host import check_platform
-
-    report = Report()
-    if not check_platform(system, report):
-        click.echo(
-            f"npuctl: warning: {report.findings[-1].summary}; these changes are of no use "
-            "on this machine",
-            err=True,
+def _platform(system: System, forced: str | None):  # noqa: ANN202
+    """The family to set up. Set-up for an NPU this machine does not have is allowed (an image
+    prepared elsewhere, with --platform), but never silently."""
+    found = detect(system)
+    if forced:
+        platform = by_name(forced)
+        if found is None or found[0] is not platform:
+            click.echo(
+                f"npuctl: warning: no {platform.title} on this machine ({platform.absent}); "
+                "these changes are of no use on this machine",
+                err=True,
+            )
+        return platform
+    if found is None:
+        names = ", ".join(p.name for p in all_platforms())
+        raise ProvisionError(
+            "no supported NPU on this machine: pass --platform "
+            f"({names}) to prepare an image for one"
         )
+    return found[0]

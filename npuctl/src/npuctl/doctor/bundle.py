@@ -11,9 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..system import System
 from .findings import Report
-from .host import MODULE, kernel_log
-from .system import System
 
 
 def _redact(text: str, system: System) -> str:
@@ -23,10 +22,19 @@ def _redact(text: str, system: System) -> str:
     return text
 
 
-def write_bundle(target: Path, report: Report, system: System, version: str) -> None:
+def write_bundle(
+    target: Path,
+    report: Report,
+    system: System,
+    version: str,
+    module: str,
+    kernel_log: list[str],
+) -> None:
+    """The report, versions, the kernel log lines of the driver, and DKMS's state and build logs
+    of ``module``."""
     files: dict[str, str] = {
         "doctor.json": json.dumps(report.as_dict(version), indent=2),
-        "kernel-log.txt": "\n".join(kernel_log(system)) + "\n",
+        "kernel-log.txt": "\n".join(kernel_log) + "\n",
         "versions.txt": "\n".join(
             [
                 f"npuctl {version}",
@@ -38,12 +46,13 @@ def write_bundle(target: Path, report: Report, system: System, version: str) -> 
         )
         + "\n",
     }
-    status = system.run("dkms", "status", "-m", MODULE)
-    files["dkms-status.txt"] = status.stdout if status else "dkms is not installed\n"
-    for log in system.glob(f"/var/lib/dkms/{MODULE}/*/build/make.log") + system.glob(
-        f"/var/lib/dkms/{MODULE}/*/*/*/log/make.log"
-    ):
-        files["make-logs/" + log.strip("/").replace("/", "_")] = system.read(log) or ""
+    if module:  # no NPU family found: no driver to report on
+        status = system.run("dkms", "status", "-m", module)
+        files["dkms-status.txt"] = status.stdout if status else "dkms is not installed\n"
+        for log in system.glob(f"/var/lib/dkms/{module}/*/build/make.log") + system.glob(
+            f"/var/lib/dkms/{module}/*/*/*/log/make.log"
+        ):
+            files["make-logs/" + log.strip("/").replace("/", "_")] = system.read(log) or ""
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(
         prefix=".npuctl-bundle-", suffix=".tar.gz", dir=target.parent

@@ -43,6 +43,13 @@ class Finding:
         return data
 
 
+def skip(report: Report, finding_id: str, area: str, what: str, reason: str) -> None:
+    report.add(Finding(finding_id, area, Status.SKIP, f"{what}: skipped ({reason})"))
+
+
+NO_NPU_FIX = "nothing to fix here: this machine has no supported NPU"
+
+
 @dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)

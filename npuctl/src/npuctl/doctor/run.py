@@ -1,77 +1,70 @@
-"""The order of the checks: a failed prerequisite skips what depends on it, saying why."""
+"""The doctor's frame: which NPU family this machine has, then that family's checks (in
+dependency order: a failed prerequisite skips what depends on it, saying why)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..models.manifest import Manifest
-from . import host, npu
-from .findings import Report
-from .system import System
+from ..platforms import absent_reasons, chosen
+from ..platforms.base import Platform
+from ..system import System
+from .findings import NO_NPU_FIX, Finding, Report, Status
 
 
 @dataclass
 class Options:
-    library: Path
     models_dir: Path
     manifest: Manifest
+    platform_options: dict[str, object] = field(default_factory=dict)  # npuctl --OPTION ...
     quick: bool = False
-    timeout_s: float = 120.0  # per child process (library, one model)
-    timeout_ms: int = 10_000  # per inference
+    timeout_s: float = 120.0  # per child process (a library, one model)
 
 
-def run_doctor(system: System, options: Options) -> Report:
+def board_name(system: System) -> str:
+    return (
+        system.read("/sys/firmware/devicetree/base/model")
+        or system.read("/sys/class/dmi/id/product_name")
+        or system.read("/sys/class/dmi/id/board_name")
+        or "unknown board"
+    ).strip("\0")
+
+
+def run_doctor(system: System, options: Options, forced: str | None = None) -> Report:
     report = Report()
-    if not host.check_platform(system, report):
-        for finding_id, what in (
-            ("kernel", "Kernel, DKMS, module and device"),
-            ("libnoe", "libnoe and models"),
-        ):
-            host.skip(report, finding_id, finding_id, what, "no Zhouyi NPU on this machine")
+    machine = system.machine()
+    board = board_name(system)
+    report.facts.update({"machine": machine, "board": board, "kernel": system.kernel_release()})
+    platform = chosen(system, forced)
+    if platform is None:
+        report.add(_no_npu(machine, board))
         return report
-    headers = host.check_headers(system, report)
-    dkms = (
-        host.check_dkms(system, report)
-        if headers
-        else host.skip(
-            report, "dkms.installed", "dkms", "DKMS", "no headers for the running kernel"
-        )
-        or False
-    )
-    host.check_secure_boot(system, report)
-    module = (
-        host.check_module(system, report)
-        if dkms
-        else host.skip(report, "module.file", "module", "Module", "DKMS has not installed it")
-        or False
-    )
-    device = (
-        host.check_device(system, report)
-        if module
-        else host.skip(report, "device.node", "device", "/dev/aipu", "the driver is not bound")
-        or False
-    )
-    library = (
-        npu.check_library(options.library, report, options.timeout_s)
-        if device
-        else (
-            host.skip(report, "libnoe.context", "libnoe", "libnoe", "/dev/aipu is not usable")
-            or False
-        )
-    )
-    if options.quick:
-        host.skip(report, "models", "models", "Models", "--quick")
-    elif library:
-        npu.check_models(
-            options.manifest,
-            options.models_dir,
-            options.library,
-            report,
-            options.timeout_s,
-            options.timeout_ms,
-        )
-    else:
-        host.skip(report, "models", "models", "Models", "libnoe cannot open the NPU")
-    npu.check_text_cleaning(report)
+    report.facts["platform"] = platform.name
+    platform.module("doctor").check(system, options, report)
     return report
+
+
+def platform_of(system: System, forced: str | None) -> Platform | None:
+    return chosen(system, forced)
+
+
+def _no_npu(machine: str, board: str) -> Finding:
+    if machine not in ("aarch64", "arm64"):
+        return Finding(
+            "platform.arch",
+            "platform",
+            Status.FAIL,
+            f"Platform: {machine}, not arm64 — no supported NPU on this machine",
+            "npuctl checks the NPU of an Orange Pi 6 Plus (Zhouyi, CIX Sky1) or an Orange Pi "
+            "5 Plus (RK3588): run it on the board, or pass --platform to inspect an image.",
+            fix=NO_NPU_FIX,
+        )
+    return Finding(
+        "platform.npu",
+        "platform",
+        Status.FAIL,
+        f"NPU: none of the supported NPUs on {board}",
+        absent_reasons(),
+        fix=NO_NPU_FIX,
+    )

@@ -1,4 +1,5 @@
-"""The model manifest (provision/models.yaml): what npuctl knows by name."""
+"""The model manifest: what npuctl knows by name, merged from every platform's models.yaml
+(or one file named by NPUCTL_MANIFEST)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class Entry:
     needs: tuple[str, ...] = ()
     inputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
     outputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
+    platform: str | None = None  # the NPU family that runs it
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class Manifest:
     def models(self) -> list[Entry]:
         return [entry for entry in self.entries.values() if entry.kind == "model"]
 
+    def models_of(self, platform: str | None) -> list[Entry]:
+        """The models of one NPU family; every model when the family is not known."""
+        return [m for m in self.models if platform is None or m.platform in (None, platform)]
+
     def with_needs(self, names: list[str]) -> list[Entry]:
         """The named entries and everything they need, each once, needs first."""
         ordered: list[Entry] = []
@@ -74,11 +80,15 @@ class Manifest:
         return ordered
 
 
-def manifest_path() -> Path:
+def manifest_paths() -> list[Path]:
     explicit = os.environ.get("NPUCTL_MANIFEST")
     if explicit:
-        return Path(explicit)
-    return Path(str(resources.files("npuctl") / "data" / "models.yaml"))
+        return [Path(explicit)]
+    from ..platforms import all_platforms
+
+    return [
+        Path(str(resources.files(platform.package) / "models.yaml")) for platform in all_platforms()
+    ]
 
 
 def _tensors(items: list[dict] | None) -> tuple[TensorExpectation, ...]:
@@ -87,8 +97,14 @@ def _tensors(items: list[dict] | None) -> tuple[TensorExpectation, ...]:
     )
 
 
-def load_manifest(path: Path | None = None) -> Manifest:
-    path = path or manifest_path()
+def load_manifest(paths: list[Path] | None = None) -> Manifest:
+    entries: dict[str, Entry] = {}
+    for path in paths or manifest_paths():
+        entries.update(_load(path))
+    return Manifest(entries)
+
+
+def _load(path: Path) -> dict[str, Entry]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
@@ -108,5 +124,6 @@ def load_manifest(path: Path | None = None) -> Manifest:
                 needs=tuple(item.get("needs") or ()),
                 inputs=_tensors(item.get("inputs")),
                 outputs=_tensors(item.get("outputs")),
+                platform=item.get("platform", data.get("platform")),
             )
-    return Manifest(entries)
+    return entries

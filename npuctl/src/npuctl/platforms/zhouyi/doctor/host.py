@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 import stat
 
-from .findings import Finding, Report, Status
-from .system import System
+from npuctl.doctor.findings import NO_NPU_FIX, Finding, Report, Status, skip
+from npuctl.doctor.run import board_name
+from npuctl.system import System
+
+from .. import ACPI_DEVICE
 
 MODULE = "aipu"
-ACPI_DEVICE = "/sys/bus/acpi/devices/CIXH4000:00"
 DEVICE_NODE = "/dev/aipu"
 DKMS_KEY = "/var/lib/dkms/mok.pub"
 UDEV_RULES = (
@@ -22,22 +24,9 @@ UDEV_RULES = (
 FIRMWARE_INCOMPLETE = "firmware description incomplete"
 
 
-def skip(report: Report, finding_id: str, area: str, what: str, reason: str) -> None:
-    report.add(Finding(finding_id, area, Status.SKIP, f"{what}: skipped ({reason})"))
-
-
-NO_NPU_FIX = "nothing to fix here: this machine has no supported NPU"
-
-
 def check_platform(system: System, report: Report) -> bool:
     machine = system.machine()
-    board = (
-        system.read("/sys/firmware/devicetree/base/model")
-        or system.read("/sys/class/dmi/id/product_name")
-        or system.read("/sys/class/dmi/id/board_name")
-        or "unknown board"
-    ).strip("\0")
-    report.facts.update({"machine": machine, "board": board, "kernel": system.kernel_release()})
+    board = board_name(system)
     if machine not in ("aarch64", "arm64"):
         report.add(
             Finding(
@@ -412,7 +401,7 @@ def check_device(system: System, report: Report) -> bool:
         )
         return False
     mode = stat.S_IMODE(info.st_mode)
-    group = _group_name(system, info.st_gid)
+    group = system.group_name(info.st_gid)
     description = f"{DEVICE_NODE}: owner uid {info.st_uid}, group {group}, mode {mode:04o}"
     if mode & 0o002:
         report.add(
@@ -437,13 +426,7 @@ def check_device(system: System, report: Report) -> bool:
             )
         )
     identity = system.identity
-    may_open = (
-        identity.uid == 0
-        or (identity.uid == info.st_uid and mode & 0o600 == 0o600)
-        or (info.st_gid in identity.gids and mode & 0o060 == 0o060)
-        or mode & 0o006 == 0o006
-    )
-    if not may_open:
+    if not system.may_open(info):
         report.add(
             Finding(
                 "device.access",
@@ -459,11 +442,3 @@ def check_device(system: System, report: Report) -> bool:
         Finding("device.node", area, Status.OK, f"{description}; {identity.name} may open it")
     )
     return True
-
-
-def _group_name(system: System, gid: int) -> str:
-    for line in (system.read("/etc/group") or "").splitlines():
-        fields = line.split(":")
-        if len(fields) > 2 and fields[2] == str(gid):
-            return fields[0]
-    return str(gid)

@@ -96,6 +96,24 @@ class System:
         relative = absolute_pattern.lstrip("/")
         return sorted("/" + str(p.relative_to(self.root)) for p in self.root.glob(relative))
 
+    def group_name(self, gid: int) -> str:
+        for line in (self.read("/etc/group") or "").splitlines():
+            fields = line.split(":")
+            if len(fields) > 2 and fields[2] == str(gid):
+                return fields[0]
+        return str(gid)
+
+    def may_open(self, info: os.stat_result) -> bool:
+        """Whether this identity may read and write a file of this owner, group and mode."""
+        mode = stat.S_IMODE(info.st_mode)
+        identity = self.identity
+        return (
+            identity.uid == 0
+            or (identity.uid == info.st_uid and mode & 0o600 == 0o600)
+            or (info.st_gid in identity.gids and mode & 0o060 == 0o060)
+            or mode & 0o006 == 0o006
+        )
+
     def machine(self) -> str:
         return self.read("/proc/sys/kernel/arch") or (
             platform.machine() if self.is_real else "unknown"

@@ -1,9 +1,9 @@
 """The part of doctor that calls libnoe, run in a child process: a crash or a hang of the
 library (or of the NPU) becomes a finding, and the context always dies with the child.
 
-python -m npuctl.doctor.npu_probe library LIB
-python -m npuctl.doctor.npu_probe model LIB NAME PATH [TIMEOUT_MS]
-python -m npuctl.doctor.npu_probe clip-sanity LIB TEXT_MODEL VISUAL_MODEL VOCAB
+python -m npuctl.platforms.zhouyi.doctor.npu_probe library LIB
+python -m npuctl.platforms.zhouyi.doctor.npu_probe model LIB NAME PATH [TIMEOUT_MS]
+python -m npuctl.platforms.zhouyi.doctor.npu_probe clip-sanity LIB TEXT_MODEL VISUAL_MODEL VOCAB
 Each prints one JSON object.
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 
 
 def library_facts(library: str) -> dict[str, object]:
-    from ..errors import NpuctlError
+    from npuctl.errors import NpuctlError
+
     from ..noe.binding import NoeLibrary, Session
 
     facts: dict[str, object] = {"stage": "load"}
@@ -41,13 +42,14 @@ def library_facts(library: str) -> dict[str, object]:
 
 
 def model_check(library: str, name: str, path: str, timeout_ms: int) -> dict[str, object]:
-    from ..errors import NpuctlError
+    from npuctl.errors import NpuctlError
+
     from ..noe.binding import NoeLibrary, Session
 
     result: dict[str, object] = {"name": name, "stage": "load"}
     try:
         with Session(NoeLibrary(library)) as npu, npu.graph(Path(path)) as graph:
-            from ..inference import Model
+            from ..runtime import Model
 
             model = Model(graph, Path(path), timeout_ms)
             rng = np.random.default_rng(7)
@@ -80,11 +82,11 @@ def clip_sanity(library: str, text_model: str, visual_model: str, vocab: str) ->
     """Text-image agreement on a picture drawn here: a red disc on white."""
     from PIL import Image, ImageDraw
 
-    from ..inference import Model
     from ..noe.binding import NoeLibrary, Session, quantize
     from ..pipelines import clip_image
     from ..pipelines.clip_tokenizer import ClipTokenizer
     from ..pipelines.embeddings import normalise
+    from ..runtime import Model
 
     picture = Image.new("RGB", (320, 320), "white")
     ImageDraw.Draw(picture).ellipse((60, 60, 260, 260), fill=(220, 20, 20))

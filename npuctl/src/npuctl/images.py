@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from ..defaults import DEFAULT_MAX_IMAGE_PIXELS
-from ..errors import InputError
+from .defaults import DEFAULT_MAX_IMAGE_PIXELS
+from .errors import InputError
 
 # npuctl enforces its own limit from the header; Pillow's check would warn or raise instead.
 Image.MAX_IMAGE_PIXELS = None

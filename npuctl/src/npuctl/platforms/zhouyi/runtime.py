@@ -7,16 +7,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .defaults import DEFAULT_TIMEOUT_MS
-from .errors import ModelError
-from .models.manifest import Entry
-from .models.proofs import FileIdentity, LoadProofs
-from .models.store import Lock, check_model_file, verify
+from npuctl.errors import ModelError
+from npuctl.models.manifest import Entry
+from npuctl.models.proofs import FileIdentity, LoadProofs
+from npuctl.models.store import Lock, check_model_file, verify
+
+from . import DEFAULT_TIMEOUT_MS
 from .noe.binding import Graph, NoeLibrary, Session, TensorInfo, dequantize
 from .noe.isolation import probe_model
+
+if TYPE_CHECKING:
+    from npuctl.cli import Settings
 
 
 @dataclass
@@ -157,3 +162,16 @@ def _identity(path: Path, sha256: str | None = None) -> FileIdentity:
         return FileIdentity.of(path, sha256)
     except OSError as error:
         raise ModelError(f"cannot read {path}: {error.strerror or error}") from error
+
+
+def npu(settings: Settings) -> Npu:
+    """This command's Npu, built from the global options on first use."""
+    built = settings.cache.get(__name__)
+    if not isinstance(built, Npu):
+        built = Npu(
+            Path(str(settings.options["library"])),
+            settings.models_dir,
+            int(str(settings.options["timeout_ms"])),
+        )
+        settings.cache[__name__] = built
+    return built

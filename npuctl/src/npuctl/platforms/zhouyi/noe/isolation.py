@@ -1,7 +1,8 @@
 """Load a model in a child process first: libnoe segfaults on a malformed or unreadable model
 file (it ignores its own parse error), and a crash must become a clear error, not kill npuctl.
 
-Run as ``python -m npuctl.noe.isolation LIBRARY MODEL``: prints the model's tensors as JSON.
+Run as ``python -m npuctl.platforms.zhouyi.noe.isolation LIBRARY MODEL``: prints the
+model's tensors as JSON.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..child import run_module
-from ..errors import ModelError, NpuctlError, NpuError
+from npuctl.child import run_module
+from npuctl.errors import ModelError, NpuctlError, NpuError
 
 _TIMEOUT_SECONDS = 120
 
@@ -19,7 +20,9 @@ _TIMEOUT_SECONDS = 120
 def probe_model(library: Path, model: Path) -> dict[str, list[dict[str, object]]]:
     """The model's tensors, as the library sees them; a crash is a ModelError, a child that
     cannot be started an NpuError."""
-    result = run_module("npuctl.noe.isolation", [str(library), str(model)], _TIMEOUT_SECONDS)
+    result = run_module(
+        "npuctl.platforms.zhouyi.noe.isolation", [str(library), str(model)], _TIMEOUT_SECONDS
+    )
     if not result.started:
         raise NpuError(
             f"cannot check {model} before loading it: {result.problem}; "

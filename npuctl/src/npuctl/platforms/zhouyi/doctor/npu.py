@@ -8,12 +8,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..child import run_module
-from ..models.manifest import Manifest
-from ..models.store import Lock, verify
+from npuctl.child import run_module
+from npuctl.doctor.findings import Finding, Report, Status, skip
+from npuctl.models.manifest import Manifest
+from npuctl.models.store import Lock, verify
+
 from ..noe.abi import OPEN_DEVICE_FAILED
-from .findings import Finding, Report, Status
-from .host import skip
 
 EXPECTED_TARGET = "X2_1204MP3"
 EXPECTED_TOPOLOGY = {"partitions": 1, "clusters": 1, "cores": 3}
@@ -24,7 +24,7 @@ SLOW_FACTOR = 3.0
 
 def _child(args: list[str], timeout: float) -> tuple[dict | None, str]:
     """The child's JSON answer, or None and what went wrong."""
-    result = run_module("npuctl.doctor.npu_probe", args, timeout)
+    result = run_module("npuctl.platforms.zhouyi.doctor.npu_probe", args, timeout)
     return result.answer, result.problem
 
 
@@ -167,7 +167,7 @@ def check_models(
     area = "models"
     lock = Lock.load(models_dir)
     usable: dict[str, Path] = {}
-    for entry in manifest.models:
+    for entry in manifest.models_of("zhouyi"):
         check = verify(entry, models_dir, lock)
         if check.state == "missing":
             report.add(

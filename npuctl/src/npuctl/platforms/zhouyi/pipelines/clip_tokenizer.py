@@ -75,7 +75,7 @@ class ClipTokenizer:
             with gzip.open(vocabulary) as stream:
                 text = stream.read().decode("utf-8")
         except (OSError, EOFError, UnicodeDecodeError) as error:
-            from ..errors import InputError
+            from npuctl.errors import InputError
 
             raise InputError(
                 f"cannot read the CLIP vocabulary {vocabulary}: {error}; run "

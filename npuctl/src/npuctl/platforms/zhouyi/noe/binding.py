@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, NpuError
+from npuctl.errors import InputError, NpuError
+
 from . import abi
 
 # libnoe keeps global state; one lock for the whole process, re-entrant for nested helpers.
@@ -260,7 +261,7 @@ class Session:
                 self.context, str(path).encode(), _c.byref(graph_id), _c.byref(config)
             )
         if status != 0:
-            from ..errors import ModelError
+            from npuctl.errors import ModelError
 
             raise self.library.error(self._context, f"loading {path}", status, ModelError)
         graph = Graph(self, graph_id.value)

@@ -1,0 +1,52 @@
+"""The NPU families npuctl supports, one package each. Adding a family is adding a package
+under npuctl/platforms/ and its name here."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING
+
+from ..errors import ExitCode, NpuctlError
+from .base import Platform
+
+if TYPE_CHECKING:
+    from ..system import System
+
+PACKAGES = ("zhouyi", "rocket")
+
+
+def all_platforms() -> list[Platform]:
+    return [importlib.import_module(f"{__name__}.{name}").PLATFORM for name in PACKAGES]
+
+
+def by_name(name: str) -> Platform:
+    for platform in all_platforms():
+        if platform.name == name:
+            return platform
+    known = ", ".join(PACKAGES)
+    raise NpuctlError(f"unknown platform {name!r}; known: {known}", ExitCode.USAGE)
+
+
+def detect(system: System) -> tuple[Platform, str] | None:
+    """The NPU family this machine has and where it is described, or None."""
+    if system.machine() not in ("aarch64", "arm64"):
+        return None
+    for platform in all_platforms():
+        where = platform.locate(system)
+        if where is not None:
+            return platform, where
+    return None
+
+
+def chosen(system: System, forced: str | None = None) -> Platform | None:
+    """--platform (or NPUCTL_PLATFORM) if given, else the detected family."""
+    forced = forced or os.environ.get("NPUCTL_PLATFORM")
+    if forced:
+        return by_name(forced)
+    found = detect(system)
+    return found[0] if found else None
+
+
+def absent_reasons() -> str:
+    return "; ".join(f"{p.absent} ({p.title})" for p in all_platforms())

@@ -1,0 +1,47 @@
+"""npuctl bench on the RK3588: the same model and input on the NPU (Teflon) and on the CPU
+interpreter, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from npuctl.cli import Settings
+from npuctl.models.manifest import Entry
+from npuctl.output import progress_bar
+
+from .commands import managed_file
+from .runtime import Classifier, delegate_of
+
+
+def _time(loaded: Classifier, iterations: int, warmup: int, label: str, shown: bool) -> list[float]:
+    rng = np.random.default_rng(0)
+    info = loaded.input
+    tensor = rng.integers(0, 256, info.shape).astype(np.int16)
+    tensor = (tensor - (128 if info.dtype == np.int8 else 0)).astype(info.dtype)
+    for _ in range(warmup):
+        loaded.run(tensor)
+    seconds = []
+    with progress_bar(iterations, label, shown=shown) as bar:
+        for _ in range(iterations):
+            seconds.append(loaded.run(tensor).seconds)
+            bar.update(1)
+    return seconds
+
+
+def bench(
+    settings: Settings,
+    entry: Entry,
+    model: Path | None,
+    iterations: int,
+    warmup: int,
+    shown: bool,
+) -> tuple[Path, dict[str, list[float]]]:
+    path = model or managed_file(settings, entry.name)
+    npu = Classifier(path, delegate_of(settings))
+    cpu = Classifier(path, None)
+    return path, {
+        "npu": _time(npu, iterations, warmup, f"{entry.name} on the NPU", shown),
+        "cpu": _time(cpu, iterations, warmup, f"{entry.name} on the CPU", shown),
+    }

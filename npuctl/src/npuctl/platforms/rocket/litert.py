@@ -1,0 +1,64 @@
+"""The TensorFlow Lite runtime, ai-edge-litert: imported on use. Debian has no package of it,
+so 'npuctl provision' installs it into RUNTIME_DIR, which is searched after the Python path
+(the distribution's numpy keeps precedence)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from npuctl.errors import ExitCode, NpuctlError
+
+RUNTIME_DIR = "/var/lib/npuctl/python"
+REQUIREMENT = "ai-edge-litert>=2.3"
+MISSING_FIX = (
+    "sudo npuctl provision --only litert (or: pip install 'npuctl[rocket]' in npuctl's environment)"
+)
+
+
+class RuntimeMissing(NpuctlError):
+    code = ExitCode.NPU
+
+
+def load_module(runtime_dir: str = RUNTIME_DIR) -> ModuleType:
+    try:
+        from ai_edge_litert import interpreter
+    except ImportError:
+        if runtime_dir not in sys.path and Path(runtime_dir).is_dir():
+            sys.path.append(runtime_dir)
+            return load_module(runtime_dir)
+        raise RuntimeMissing(
+            f"the TensorFlow Lite runtime ai-edge-litert is not installed: {MISSING_FIX}"
+        ) from None
+    return interpreter
+
+
+def interpreter(model: Path, delegate: Path | None) -> Any:
+    """An allocated interpreter for ``model``, through ``delegate`` when given."""
+    runtime = load_module()
+    delegates = [runtime.load_delegate(str(delegate))] if delegate is not None else None
+    loaded = runtime.Interpreter(model_path=str(model), experimental_delegates=delegates)
+    loaded.allocate_tensors()
+    return loaded
+
+
+def _tensor(detail: dict) -> dict[str, object]:
+    scale, zero_point = detail.get("quantization") or (0.0, 0)
+    return {
+        "index": int(detail["index"]),
+        "shape": [int(size) for size in detail["shape"]],
+        "dtype": str(
+            detail["dtype"].__name__ if hasattr(detail["dtype"], "__name__") else detail["dtype"]
+        ),
+        "scale": float(scale),
+        "zero_point": int(zero_point),
+    }
+
+
+def describe(loaded: Any) -> dict[str, list[dict[str, object]]]:
+    return {
+        "inputs": [_tensor(d) for d in loaded.get_input_details()],
+        "outputs": [_tensor(d) for d in loaded.get_output_details()],
+    }

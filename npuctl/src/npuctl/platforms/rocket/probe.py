@@ -1,0 +1,127 @@
+"""Child-process probes of the vendor code: Mesa's Teflon delegate and the TFLite runtime can
+crash or print their only explanation on stderr, so npuctl runs them here first and reads
+the answer (the last line, JSON) and stderr.
+
+python -m npuctl.platforms.rocket.probe delegate LIBRARY
+    dlopen the delegate and create one, as TFLite's external-delegate loader does. Only the
+    standard library is used, so any Python (even one under qemu-user) can run it.
+python -m npuctl.platforms.rocket.probe golden MODEL LIBRARY
+    the same fixed input through the delegate and through the CPU interpreter; the golden
+    check's verdict.
+python -m npuctl.platforms.rocket.probe model MODEL [LIBRARY]
+    load MODEL with ai-edge-litert (through the delegate when given), run it once on zeros
+    and describe its tensors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+CREATE = "tflite_plugin_create_delegate"
+DESTROY = "tflite_plugin_destroy_delegate"
+TEFLON_MARK = b"Teflon"
+
+
+def delegate(library: str) -> dict[str, object]:
+    path = Path(library)
+    try:
+        with path.open("rb") as stream:
+            head = stream.read(4)
+            content = head + stream.read()
+    except OSError as error:
+        return {"ok": False, "stage": "read", "error": f"cannot read {library}: {error.strerror}"}
+    if head != b"\x7fELF":
+        return {"ok": False, "stage": "format", "error": f"{library} is not a shared library"}
+    if TEFLON_MARK not in content:
+        return {
+            "ok": False,
+            "stage": "format",
+            "error": f"{library} is not Mesa's Teflon delegate (mesa-teflon-delegate)",
+        }
+    try:
+        handle = ctypes.CDLL(str(path))
+    except OSError as error:
+        return {"ok": False, "stage": "load", "error": f"cannot load {library}: {error}"}
+    try:
+        create = getattr(handle, CREATE)
+        destroy = getattr(handle, DESTROY)
+    except AttributeError:
+        return {
+            "ok": False,
+            "stage": "format",
+            "error": f"{library} is not a TensorFlow Lite external delegate (no {CREATE})",
+        }
+    create.restype = ctypes.c_void_p
+    create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    destroy.argtypes = [ctypes.c_void_p]
+    sys.stderr.flush()
+    created = create(None, None, 0, None)
+    if not created:
+        return {"ok": False, "stage": "create", "error": "the delegate returned no device"}
+    destroy(created)
+    return {"ok": True, "stage": "create"}
+
+
+def model(model_path: str, library: str | None) -> dict[str, object]:
+    from .litert import describe, interpreter
+
+    loaded = interpreter(Path(model_path), Path(library) if library else None)
+    described = describe(loaded)
+    for tensor in loaded.get_input_details():
+        import numpy as np
+
+        loaded.set_tensor(tensor["index"], np.zeros(tensor["shape"], tensor["dtype"]))
+    loaded.invoke()
+    return {"ok": True, **described}
+
+
+def golden(model_path: str, library: str) -> dict[str, object]:
+    import numpy as np
+
+    from .golden import compare
+    from .litert import interpreter
+
+    outputs = []
+    for delegate in (Path(library), None):
+        loaded = interpreter(Path(model_path), delegate)
+        (tensor,) = loaded.get_input_details()
+        rng = np.random.default_rng(20251122)  # the same input on both sides, every run
+        data = rng.integers(0, 256, tensor["shape"]).astype(np.int16)
+        if np.dtype(tensor["dtype"]) == np.int8:
+            data -= 128
+        loaded.set_tensor(tensor["index"], data.astype(tensor["dtype"]))
+        loaded.invoke()
+        (output,) = loaded.get_output_details()
+        outputs.append(loaded.get_tensor(output["index"]).reshape(-1).copy())
+    verdict = compare(outputs[0], outputs[1])
+    return {"ok": True, "passed": verdict.passed, "verdict": verdict.describe()}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "delegate":
+        answer = delegate(argv[1])
+    elif len(argv) >= 2 and argv[0] in ("model", "golden"):
+        try:
+            answer = (
+                model(argv[1], argv[2] if len(argv) > 2 else None)
+                if argv[0] == "model"
+                else golden(argv[1], argv[2])
+            )
+        except Exception as error:  # the runtime's own words are the answer
+            answer = {
+                "ok": False,
+                "stage": "model",
+                "error": (str(error).strip().splitlines() or [type(error).__name__])[0],
+            }
+    else:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    sys.stdout.write(json.dumps(answer) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
