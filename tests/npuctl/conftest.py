@@ -144,3 +144,86 @@ def vocab_in(board: Board, clip_vocab: Path) -> Path:
     target = board.models / clip_vocab.name
     shutil.copyfile(clip_vocab, target)
     return target
+
+
+TEFLON_DOUBLE_SOURCE = Path(__file__).resolve().parent / "teflon_double" / "libteflon_double.c"
+
+
+@pytest.fixture(scope="session")
+def teflon_double(tmp_path_factory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the Teflon test double: run 'make deps'")
+    library = tmp_path_factory.mktemp("teflon") / "libteflon.so"
+    subprocess.run(
+        [
+            compiler,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(library),
+            str(TEFLON_DOUBLE_SOURCE),
+        ],
+        check=True,
+    )
+    return library
+
+
+@pytest.fixture(scope="session")
+def tflite_classifier(tmp_path_factory):
+    """build(name, **options) -> a .tflite classifier built at test time (tflite_models)."""
+    pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
+    pytest.importorskip("ai_edge_litert", reason="npuctl[rocket] is not installed: make deps")
+    from .tflite_models import classifier
+
+    directory = tmp_path_factory.mktemp("tflite")
+
+    def build(name: str = "classifier.tflite", **options) -> Path:
+        return classifier(directory / name, **options)
+
+    return build
+
+
+@dataclass
+class RocketBoard:
+    """The rocket side as npuctl sees it: the Teflon double and the device it opens."""
+
+    delegate: Path
+    device: Path
+    models: Path
+    env: dict[str, str]
+
+    def npuctl(self, *args: str, extra_env: dict[str, str] | None = None):
+        return subprocess.run(
+            [sys.executable, "-m", "npuctl", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(extra_env or {})},
+            timeout=300,
+            check=False,
+        )
+
+
+@pytest.fixture
+def rocket(tmp_path: Path, teflon_double: Path) -> RocketBoard:
+    device = tmp_path / "accel0"
+    device.write_bytes(b"")
+    models = tmp_path / "models"
+    models.mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("TEFLON_DOUBLE_", "NPUCTL_"))
+    }
+    env.update(
+        {
+            "NPUCTL_TEFLON": str(teflon_double),
+            "NPUCTL_MODELS": str(models),
+            "TEFLON_DOUBLE_DEVICE": str(device),
+        }
+    )
+    return RocketBoard(teflon_double, device, models, env)

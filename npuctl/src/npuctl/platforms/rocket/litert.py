@@ -4,7 +4,10 @@ so 'npuctl provision' installs it into RUNTIME_DIR, which is searched after the 
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,12 +38,31 @@ def load_module(runtime_dir: str = RUNTIME_DIR) -> ModuleType:
     return interpreter
 
 
-def interpreter(model: Path, delegate: Path | None) -> Any:
+@contextmanager
+def quiet_native_stderr(quiet: bool = True) -> Iterator[None]:
+    """The runtime and Teflon print banners on the process's stderr (file descriptor 2).
+    In npuctl's own process they are noise: the child probe that ran first has read them."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:  # noqa: PTH123
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def interpreter(model: Path, delegate: Path | None, quiet: bool = True) -> Any:
     """An allocated interpreter for ``model``, through ``delegate`` when given."""
     runtime = load_module()
-    delegates = [runtime.load_delegate(str(delegate))] if delegate is not None else None
-    loaded = runtime.Interpreter(model_path=str(model), experimental_delegates=delegates)
-    loaded.allocate_tensors()
+    with quiet_native_stderr(quiet):
+        delegates = [runtime.load_delegate(str(delegate))] if delegate is not None else None
+        loaded = runtime.Interpreter(model_path=str(model), experimental_delegates=delegates)
+        loaded.allocate_tensors()
     return loaded
 
 

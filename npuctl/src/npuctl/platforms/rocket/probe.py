@@ -68,7 +68,7 @@ def delegate(library: str) -> dict[str, object]:
 def model(model_path: str, library: str | None) -> dict[str, object]:
     from .litert import describe, interpreter
 
-    loaded = interpreter(Path(model_path), Path(library) if library else None)
+    loaded = interpreter(Path(model_path), Path(library) if library else None, quiet=False)
     described = describe(loaded)
     for tensor in loaded.get_input_details():
         import numpy as np
@@ -86,7 +86,7 @@ def golden(model_path: str, library: str) -> dict[str, object]:
 
     outputs = []
     for delegate in (Path(library), None):
-        loaded = interpreter(Path(model_path), delegate)
+        loaded = interpreter(Path(model_path), delegate, quiet=False)
         (tensor,) = loaded.get_input_details()
         rng = np.random.default_rng(20251122)  # the same input on both sides, every run
         data = rng.integers(0, 256, tensor["shape"]).astype(np.int16)

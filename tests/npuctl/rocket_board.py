@@ -1,0 +1,70 @@
+"""A healthy Orange Pi 5 Plus (RK3588, trixie with the backports kernel, rocket-dkms, Mesa
+Teflon from backports) as a directory tree, for the rocket doctor's scenario tests. Each
+scenario breaks one thing."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .board_image import RENDER_GID, BoardImage
+
+RELEASE = "7.3.4+bpo-arm64"
+VERSION = "7.2.8-1"
+CORES = ("fdab0000", "fdac0000", "fdad0000")
+DEVICE = "dev/accel/accel0"
+
+
+class RocketBoard(BoardImage):
+    """Shares BoardImage's helpers, not its (Zhouyi) contents."""
+
+    def __init__(self, root: Path, delegate: Path) -> None:
+        self.root = root
+        self.write("proc/sys/kernel/arch", "aarch64")
+        self.write("proc/sys/kernel/osrelease", RELEASE)
+        self.write("proc/meminfo", "MemTotal:        3930000 kB\n")
+        self.write("proc/cmdline", "root=/dev/mmcblk0p2 ro quiet")
+        base = "sys/firmware/devicetree/base"
+        self.write(f"{base}/model", "Xunlong Orange Pi 5 Plus\0")
+        self.write(f"{base}/compatible", "xunlong,orangepi-5-plus\0rockchip,rk3588\0")
+        for address in CORES:
+            self.write(f"{base}/npu@{address}/compatible", "rockchip,rk3588-rknn-core\0")
+            self.write(f"{base}/npu@{address}/status", "okay\0")
+        self.write(
+            f"boot/config-{RELEASE}",
+            "CONFIG_ARM64=y\nCONFIG_DRM_ACCEL=y\nCONFIG_DRM_SCHED=m\n"
+            "# CONFIG_DRM_ACCEL_ROCKET is not set\n",
+        )
+        (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
+        (root / "sys/module/rocket").mkdir(parents=True)
+        self.dkms_status(f"rocket/{VERSION}, {RELEASE}, aarch64: installed")
+        self.dmesg(
+            "".join(
+                f"[    4.{n}] rocket {a}.npu: Rockchip NPU core {n} version: 1179210309\n"
+                for n, a in enumerate(CORES)
+            )
+        )
+        self.write("etc/group", f"root:x:0:\nrender:x:{RENDER_GID}:opi\n")
+        self.accel(0o660)
+        teflon = root / "usr/lib/teflon/libteflon.so"
+        teflon.parent.mkdir(parents=True, exist_ok=True)
+        teflon.write_bytes(delegate.read_bytes())
+        self.teflon_version("26.1.6-1~bpo13+1")
+
+    def accel(self, mode: int, *, gid: int = RENDER_GID) -> Path:
+        path = self.root / DEVICE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            path.unlink()
+        os.mknod(path, mode | stat.S_IFCHR, os.makedev(261, 0))
+        os.chown(path, 0, gid)
+        path.chmod(mode)
+        return path
+
+    def teflon_version(self, version: str | None) -> None:
+        self.data("teflon-version", version or "")
+        self.command(
+            "dpkg-query",
+            'v=$(cat "$NPUCTL_ROOT/fixture/teflon-version"); [ -n "$v" ] || exit 1; printf %s "$v"',
+        )

@@ -1,0 +1,240 @@
+"""npuctl doctor on RK3588 board images: a healthy Orange Pi 5 Plus, then one broken thing
+per scenario, each with its finding and the fix under it. The delegate probe and the golden
+check run for real: the Teflon double in a child, a model built at test time."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from npuctl.files import sha256_of
+from npuctl.models.manifest import load_manifest
+from npuctl.models.store import Lock
+from npuctl.platforms.rocket import DEFAULT_DELEGATE
+
+from .board_image import USER
+from .rocket_board import RELEASE, RocketBoard
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="board images need root (mknod)")
+
+
+@pytest.fixture
+def image(tmp_path, teflon_double):
+    return RocketBoard(tmp_path / "root", teflon_double)
+
+
+@pytest.fixture
+def model(rocket, tflite_classifier):
+    entry = load_manifest().get("mobilenet")
+    path = rocket.models / entry.file
+    shutil.copyfile(tflite_classifier(), path)
+    Lock.load(rocket.models).record(entry, sha256_of(path), path.stat().st_size)
+    return path
+
+
+def doctor(rocket, image, *args, identity=USER, env=None):
+    result = rocket.npuctl(
+        "doctor",
+        "--json",
+        *args,
+        extra_env={
+            "NPUCTL_ROOT": str(image.root),
+            "NPUCTL_IDENTITY": identity,
+            "NPUCTL_TEFLON": DEFAULT_DELEGATE,  # the image's own, under its root
+            **(env or {}),
+        },
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == result.returncode
+    return result.returncode, {check["id"]: check for check in document["checks"]}
+
+
+def not_ok(checks):
+    return {k: c["summary"] for k, c in checks.items() if c["status"] not in ("ok", "info")}
+
+
+def test_healthy_board(rocket, image, model):
+    code, checks = doctor(rocket, image)
+    assert code == 0, not_ok(checks)
+    assert "3 NPU core nodes enabled" in checks["platform.npu"]["summary"]
+    assert checks["delegate.probe"]["summary"].endswith("loaded rocket driver")
+    assert "NPU and CPU agree" in checks["golden"]["summary"]
+    assert "largest element difference 0" in checks["golden"]["summary"]
+
+
+def test_quick_skips_only_the_golden_check(rocket, image):
+    code, checks = doctor(rocket, image, "--quick")
+    assert code == 0, not_ok(checks)
+    assert checks["golden"]["status"] == "skipped"
+
+
+def test_human_output_puts_the_fix_under_the_finding(rocket, image):
+    image.teflon_version("25.0.7-2")
+    result = rocket.npuctl(
+        "doctor",
+        "--quick",
+        extra_env={
+            "NPUCTL_ROOT": str(image.root),
+            "NPUCTL_IDENTITY": USER,
+            "NPUCTL_TEFLON": DEFAULT_DELEGATE,
+        },
+    )
+    assert result.returncode == 11
+    lines = result.stdout.splitlines()
+    index = next(i for i, line in enumerate(lines) if "too old to drive rocket" in line)
+    assert lines[index].startswith("[✗] Mesa Teflon 25.0.7-2")
+    assert lines[index + 1].strip().startswith("fix: sudo npuctl provision --only backports")
+
+
+def breaks(name):
+    """Scenario name -> (how to break the image, finding id, words of the summary, fix)."""
+    base = "sys/firmware/devicetree/base"
+    return {
+        "not-rk3588": (
+            lambda i: i.write(f"{base}/compatible", "radxa,rock-5b\0rockchip,rk3568\0"),
+            "platform.npu",
+            "none of the supported NPUs",
+            "nothing to fix here",
+        ),
+        "nodes-disabled": (
+            lambda i: i.write(f"{base}/npu@fdac0000/status", "disabled\0"),
+            "platform.npu",
+            "npu@fdac0000 are disabled",
+            "device-tree overlay",
+        ),
+        "vendor-rknpu": (
+            lambda i: (i.root / "sys/module/rknpu").mkdir(parents=True),
+            "vendor.rknpu",
+            "rknpu is loaded",
+            "sudo npuctl provision --only rknpu-blacklist",
+        ),
+        "no-accel": (
+            lambda i: i.write(f"boot/config-{RELEASE}", "# CONFIG_DRM_ACCEL is not set\n"),
+            "kernel.accel",
+            "CONFIG_DRM_ACCEL is off",
+            "-t trixie-backports linux-image-arm64",
+        ),
+        "not-built": (
+            lambda i: (i.remove("sys/module/rocket"), i.dkms_status("")),
+            "module.rocket",
+            "not built for",
+            "rocket-dkms",
+        ),
+        "not-loaded": (
+            lambda i: i.remove("sys/module/rocket"),
+            "module.rocket",
+            "installed by DKMS",
+            "sudo modprobe rocket",
+        ),
+        "two-cores": (
+            lambda i: i.dmesg(
+                "[ 4.1] rocket fdab0000.npu: Rockchip NPU core 0 version: 1\n"
+                "[ 4.2] rocket fdac0000.npu: Rockchip NPU core 1 version: 1\n"
+                "[ 4.3] rocket fdad0000.npu: supply vdd_npu not found\n"
+            ),
+            "cores.probed",
+            "2 of 3 probed",
+            "update-initramfs",
+        ),
+        "no-device": (
+            lambda i: i.remove("dev/accel/accel0"),
+            "device.node",
+            "/dev/accel/accel0 does not exist",
+            "sudo modprobe rocket",
+        ),
+        "world-writable": (
+            lambda i: i.accel(0o666),
+            "device.node",
+            "world-writable",
+            "udevadm trigger",
+        ),
+        "not-in-render": (
+            lambda i: i.accel(0o660, gid=0),
+            "device.access",
+            "cannot open it",
+            "sudo usermod -aG root opi",
+        ),
+        "no-teflon": (
+            lambda i: i.remove("usr/lib/teflon/libteflon.so"),
+            "teflon.installed",
+            "is not installed",
+            "sudo npuctl provision --only backports --only teflon-pin --only teflon",
+        ),
+        "old-teflon": (
+            lambda i: i.teflon_version("25.0.7-2"),
+            "teflon.version",
+            "too old to drive rocket",
+            "--only teflon",
+        ),
+    }[name]
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "not-rk3588",
+        "nodes-disabled",
+        "vendor-rknpu",
+        "no-accel",
+        "not-built",
+        "not-loaded",
+        "two-cores",
+        "no-device",
+        "world-writable",
+        "not-in-render",
+        "no-teflon",
+        "old-teflon",
+    ],
+)
+def test_each_broken_thing_has_its_finding_and_fix(rocket, image, scenario):
+    breaking, finding, words, fix = breaks(scenario)
+    breaking(image)
+    code, checks = doctor(rocket, image, "--quick")
+    assert code == 11
+    assert checks[finding]["status"] == "failure", not_ok(checks)
+    assert words in checks[finding]["summary"]
+    assert fix in checks[finding]["fix"]
+
+
+def test_a_failed_kernel_side_skips_the_delegate_probe(rocket, image):
+    image.remove("sys/module/rocket")
+    _, checks = doctor(rocket, image, "--quick")
+    assert checks["device"]["status"] == "skipped"
+    assert checks["delegate"]["status"] == "skipped"
+    assert checks["teflon.installed"]["status"] == "ok"  # user space is still checked
+
+
+def test_teflon_cannot_open_the_device(rocket, image, tmp_path):
+    env = {"TEFLON_DOUBLE_DEVICE": str(tmp_path / "absent")}
+    code, checks = doctor(rocket, image, "--quick", env=env)
+    assert code == 11
+    probe = checks["delegate.probe"]
+    assert "Couldn't open kernel device" in probe["summary"]
+    assert probe["fix"]
+
+
+def test_more_than_4_gb_warns_with_the_workaround(rocket, image):
+    image.write("proc/meminfo", "MemTotal:       16303000 kB\n")
+    code, checks = doctor(rocket, image, "--quick")
+    assert code == 10
+    assert checks["memory.iommu"]["status"] == "warning"
+    assert "mem=3838M" in checks["memory.iommu"]["fix"]
+    image.write("proc/cmdline", "root=/dev/mmcblk0p2 mem=3838M")
+    assert doctor(rocket, image, "--quick")[0] == 0
+
+
+def test_golden_check_without_the_model(rocket, image):
+    code, checks = doctor(rocket, image)
+    assert code == 11
+    assert checks["golden"]["fix"] == "npuctl models fetch mobilenet"
+
+
+def test_platform_forced_on_a_zhouyi_board_says_so(rocket, image, tmp_path):
+    from .board_image import BoardImage
+
+    zhouyi = BoardImage(tmp_path / "zhouyi")
+    code, checks = doctor(rocket, zhouyi, "--quick", env={"NPUCTL_PLATFORM": "rocket"})
+    assert code == 11
+    assert "is not an RK3588" in checks["platform.soc"]["summary"]

@@ -1,0 +1,108 @@
+"""npuctl provision on an RK3588 board image: the exact apt lines in --dry-run, each action
+applied once (idempotent), and --undo."""
+
+import os
+
+import pytest
+
+from .rocket_board import RocketBoard
+from .test_cli_run import one_line_error
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="board images need root (mknod)")
+
+
+@pytest.fixture
+def image(tmp_path, teflon_double):
+    image = RocketBoard(tmp_path / "root", teflon_double)
+    image.write("etc/group", "root:x:0:\nrender:x:109:\n")
+    image.write("etc/apt/sources.list", "deb http://deb.debian.org/debian trixie main\n")
+    image.teflon_version("25.0.7-2")
+    image.command("gpasswd", r'sed -i "s/^\($3:[^:]*:[^:]*:\)$/\1$2/" "$NPUCTL_ROOT/etc/group"')
+    for name in ("apt-get", "python3"):
+        image.command(name, f'echo "{name} $*" >> "$NPUCTL_ROOT/fixture/calls"')
+    (image.root / "sys/module/rknpu").mkdir(parents=True)
+    return image
+
+
+def provision(rocket, image, *args):
+    return rocket.npuctl(
+        "provision",
+        "--user",
+        "opi",
+        *args,
+        extra_env={"NPUCTL_ROOT": str(image.root)},
+    )
+
+
+def calls(image):
+    path = image.root / "fixture/calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+ACTIONS = ("group", "backports", "teflon-pin", "teflon", "rknpu-blacklist", "litert")
+
+
+def only(*names):
+    return [argument for name in names for argument in ("--only", name)]
+
+
+def test_dry_run_shows_the_apt_lines_and_changes_nothing(rocket, image):
+    result = provision(rocket, image, "--dry-run", *only(*ACTIONS))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "[would do] teflon: install mesa-teflon-delegate from trixie-backports" in out
+    assert "    apt-get install -y -t trixie-backports mesa-teflon-delegate" in out
+    assert "Pin: release n=trixie-backports" in out
+    assert "Suites: trixie-backports" in out
+    assert "blacklist rknpu" in out
+    assert calls(image) == []
+    assert not (image.root / "etc/apt/preferences.d").exists()
+
+
+def test_apply_is_idempotent_and_undo_reverses(rocket, image):
+    first = provision(rocket, image, *only(*ACTIONS))
+    assert first.returncode == 0, first.stderr
+    pin = (image.root / "etc/apt/preferences.d/npuctl-teflon.pref").read_text()
+    assert "Package: mesa-teflon-delegate" in pin and "Pin-Priority: 500" in pin
+    assert (image.root / "etc/apt/preferences.d/npuctl-teflon.pref").stat().st_mode & 0o777 == (
+        0o644
+    )
+    assert (
+        "install rknpu /bin/false"
+        in (image.root / "etc/modprobe.d/npuctl-rknpu-blacklist.conf").read_text()
+    )
+    assert "render:x:109:opi" in (image.root / "etc/group").read_text()
+    assert "apt-get install -y -t trixie-backports mesa-teflon-delegate" in calls(image)
+    assert any(c.startswith("python3 -m pip install --quiet --target") for c in calls(image))
+
+    image.teflon_version("26.1.6-1~bpo13+1")  # what the install brought
+    (image.root / "var/lib/npuctl/python/ai_edge_litert").mkdir(parents=True)
+    again = provision(rocket, image, *only(*ACTIONS))
+    assert again.returncode == 0, again.stderr
+    assert all(line.startswith("[already]") for line in again.stdout.splitlines()), again.stdout
+
+    undone = provision(rocket, image, "--undo", *only("teflon-pin", "rknpu-blacklist", "litert"))
+    assert undone.returncode == 0, undone.stderr
+    assert not (image.root / "etc/apt/preferences.d/npuctl-teflon.pref").exists()
+    assert not (image.root / "etc/modprobe.d/npuctl-rknpu-blacklist.conf").exists()
+    assert not (image.root / "var/lib/npuctl/python").exists()
+
+
+def test_an_existing_backports_source_is_enough(rocket, image):
+    image.write(
+        "etc/apt/sources.list.d/debian-backports.sources",
+        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie-backports\n",
+    )
+    result = provision(rocket, image, "--dry-run", *only("backports"))
+    assert result.stdout.startswith("[already] backports"), result.stdout
+
+
+def test_the_blacklist_is_proposed_only_where_rknpu_exists(rocket, image):
+    assert "rknpu-blacklist" in provision(rocket, image, "--dry-run").stdout
+    image.remove("sys/module/rknpu")
+    assert "rknpu-blacklist" not in provision(rocket, image, "--dry-run").stdout
+
+
+def test_an_action_of_the_other_platform(rocket, image):
+    line = one_line_error(provision(rocket, image, "--dry-run", "--only", "runtime-pm"), 2)
+    assert "runtime-pm: not an action of rocket" in line
