@@ -238,3 +238,5 @@ def test_platform_forced_on_a_zhouyi_board_says_so(rocket, image, tmp_path):
     code, checks = doctor(rocket, zhouyi, "--quick", env={"NPUCTL_PLATFORM": "rocket"})
     assert code == 11
     assert "is not an RK3588" in checks["platform.soc"]["summary"]
+    assert checks["user-space"]["status"] == "skipped"
+    assert "memory.iommu" not in checks

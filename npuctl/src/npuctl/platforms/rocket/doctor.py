@@ -53,7 +53,10 @@ def check(system: System, options: Options, report: Report) -> None:
         if not step(system, report):
             for later_area, later_what, _ in steps[index + 1 :]:
                 skip(report, later_area, later_area, later_what, f"{what.lower()} failed")
-            _user_space(system, options, report, delegate, kernel_ready=False)
+            if index == 0:  # not an RK3588 with its NPU: user space is beside the point
+                skip(report, "user-space", "teflon", "Teflon, runtime and NPU", "no RK3588 NPU")
+            else:
+                _user_space(system, options, report, delegate, kernel_ready=False)
             return
     _user_space(system, options, report, delegate, kernel_ready=True)
 
