@@ -31,7 +31,8 @@ def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):
     paths = set(_contents(npuctl_deb))
     assert "/usr/bin/npuctl" in paths
     assert "/usr/share/man/man1/npuctl.1.gz" in paths
-    assert any(p.endswith("/npuctl/data/models.yaml") for p in paths)
+    for platform in ("zhouyi", "rocket"):
+        assert any(p.endswith(f"/npuctl/platforms/{platform}/models.yaml") for p in paths)
     result = run(
         "/usr/bin/python3",
         tmp_path / "usr" / "bin" / "npuctl",
@@ -45,7 +46,7 @@ def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):
         },
     )
     assert result.returncode == 0, result.stderr
-    assert "clip-text" in result.stdout
+    assert "clip-text" in result.stdout and "mobilenet" in result.stdout
 
 
 def test_npuctl_depends_on_the_oldest_tested_versions(npuctl_deb):

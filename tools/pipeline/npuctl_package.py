@@ -9,13 +9,11 @@ from pathlib import Path
 
 from .atomic import replaced_directory
 from .config import REPO_ROOT, Config
-from .errors import BuildError, ExitCode
 from .package import dpkg_buildpackage
 from .render import render_tree
 from .tools import require_tool
 
 NPUCTL = REPO_ROOT / "npuctl"
-MANIFEST = REPO_ROOT / "provision" / "models.yaml"
 
 
 def npuctl_version() -> str:
@@ -63,8 +61,6 @@ def build_npuctl_package(
 ) -> list[Path]:
     for tool in ("dpkg-buildpackage", "dh", "lintian"):
         require_tool(tool)
-    if not MANIFEST.exists():
-        raise BuildError(f"{MANIFEST} is missing", ExitCode.USAGE)
     build_dir = build_dir.resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     tree = npuctl_source_tree(config, build_dir)
