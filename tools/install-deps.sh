@@ -13,7 +13,8 @@ packages=(
 	python3-click python3-numpy python3-packaging python3-pil python3-regex python3-yaml
 	python3 python3-venv                       # the build tools and npuctl
 	debootstrap zstd                           # Debian chroots with real kernel headers
-	gcc-aarch64-linux-gnu                      # cross builds against arm64 headers
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim
+	qemu-user                                  # Debian's arm64 Teflon under npuctl's probe
 	shellcheck                                 # lint
 	gcc                                        # the libnoe test double
 	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio kmod  # kernel boots
