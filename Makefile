@@ -54,10 +54,14 @@ LINT_SUITE ?= trixie
 lint-debian: deb
 	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes
 
-## autopkgtest: the package's autopkgtest with arm64 cross headers, in a chroot (root)
+## autopkgtest: each driver package's autopkgtest with arm64 headers, in a chroot of the
+## suite its package.yaml names (kernel.test_suite) (root)
 autopkgtest: deb
-	$(PY) -m kernel_lab autopkgtest --suite $(LINT_SUITE) --workdir $(BUILD)/autopkgtest \
-		$$(ls $(DIST)/aipu-dkms_*_all.changes)
+	for package in $$($(BUILD_TOOL) packages); do \
+		$(PY) -m kernel_lab autopkgtest --suite "$$($(BUILD_TOOL) --package $$package test-suite)" \
+			--workdir $(BUILD)/autopkgtest/$$package $$(ls $(DIST)/$${package}_*_all.changes) \
+			|| exit 1; \
+	done
 
 ## piuparts: install, upgrade N -> N+1 and purge of every package, nothing left (root)
 piuparts: deb

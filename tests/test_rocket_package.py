@@ -123,3 +123,21 @@ def test_an_unreachable_archive_is_one_clear_line(tmp_path: Path):
     assert result.returncode == ExitCode.UPSTREAM, result.stderr
     assert result.stderr.count("\n") == 1
     assert "cannot download" in result.stderr and "DEBIAN_MIRROR" in result.stderr
+
+
+@pytest.mark.chroot
+def test_the_autopkgtest_builds_rocket_for_the_backports_kernel(
+    rocket_deb, rocket: Config, tmp_path: Path
+):
+    """autopkgtest-pkg-dkms where a Debian kernel has the accel core: a real build."""
+    from kernel_lab import autopkgtest
+    from kernel_lab.suites import SUITES
+
+    from .conftest import require_chroot_support
+
+    require_chroot_support()
+    assert rocket.kernel_test_suite == "trixie-backports"
+    changes = next(path for path in rocket_deb.values() if path.name.endswith(".changes"))
+    result = autopkgtest.run(SUITES[rocket.kernel_test_suite], changes, tmp_path / "apt")
+    assert result.ok, (result.returncode, result.verdicts, result.output[-3000:])
+    assert result.built_for == [result.kernel]

@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     npuctl_deb.add_argument("--dist", type=Path, required=True)
     npuctl_deb.add_argument("--no-lintian", action="store_true")
     npuctl_deb.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
+    commands.add_parser(
+        "test-suite", help="print the Debian suite whose arm64 kernels the autopkgtest uses"
+    )
     version = commands.add_parser("version", help="print the Debian version")
     version.add_argument("--upstream", action="store_true", help="print the DKMS version")
     return parser
@@ -71,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("upstream tree not in the cache: run 'make fetch'", file=sys.stderr)
                 return ExitCode.UPSTREAM
             print(tree)
+        elif args.command == "test-suite":
+            print(config.kernel_test_suite)
         elif args.command == "version":
             print(config.version if args.upstream else config.debian_version)
         elif args.command == "patch":

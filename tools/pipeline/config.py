@@ -95,6 +95,9 @@ class Config:
     kernel_min: str
     kernel_tested_max: str
     kernel_config_gate: tuple[str, ...]
+    # The Debian suite whose arm64 kernels the package's autopkgtest builds for: one whose
+    # kernel passes the gate.
+    kernel_test_suite: str
     install: tuple[str, ...]  # top-level paths of the patched tree that go to /usr/src
     make_arguments: str  # extra arguments of the DKMS make line
     device: dict[str, str]
@@ -291,6 +294,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         kernel_min=text("kernel.min"),
         kernel_tested_max=text("kernel.tested_max"),
         kernel_config_gate=tuple(gate) if isinstance(gate, list) else (str(gate),),
+        kernel_test_suite=str(data.get("kernel", {}).get("test_suite", "trixie")),
         install=tuple(str(item) for item in _require(data, "dkms.install", path)),
         make_arguments=str(data.get("dkms", {}).get("make_arguments", "")),
         device={key: str(value) for key, value in _require(data, "device", path).items()},
