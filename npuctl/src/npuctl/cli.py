@@ -21,13 +21,30 @@ from .platforms import all_platforms
 if TYPE_CHECKING:
     from .models.manifest import Manifest
 
-# name -> (module under npuctl.commands, attribute, one-line help shown by 'npuctl --help')
+# name -> (module, attribute, one-line help shown by 'npuctl --help'); then each platform's own
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "doctor": ("doctor", "doctor", "Check the whole NPU stack and say how to fix what is wrong."),
-    "provision": ("provision", "provision", "Finish the board set-up (needs root)."),
-    "models": ("models", "models", "Manage the models npuctl knows by name."),
-    "run": ("run", "run", "Run a model on the NPU."),
-    "bench": ("bench", "bench", "Time a model on the NPU (and on the CPU where it can)."),
+    "doctor": (
+        "npuctl.commands.doctor",
+        "doctor",
+        "Check the whole NPU stack and say how to fix what is wrong.",
+    ),
+    "provision": (
+        "npuctl.commands.provision",
+        "provision",
+        "Finish the board set-up (needs root).",
+    ),
+    "models": ("npuctl.commands.models", "models", "Manage the models npuctl knows by name."),
+    "run": ("npuctl.commands.run", "run", "Run a model on the NPU."),
+    "bench": (
+        "npuctl.commands.bench",
+        "bench",
+        "Time a model on the NPU (and on the CPU where it can).",
+    ),
+    **{
+        name: (f"{platform.package}.{module}", attribute, text)
+        for platform in all_platforms()
+        for name, (module, attribute, text) in platform.commands.items()
+    },
 }
 
 
@@ -74,7 +91,7 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, attribute, _ = COMMANDS[name]
-        return getattr(importlib.import_module(f"npuctl.commands.{module}"), attribute)
+        return getattr(importlib.import_module(module), attribute)
 
     def format_commands(self, context: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -92,7 +92,7 @@ class Report:
             "exit_code": int(self.exit_code),
         }
 
-    def render(self) -> str:
+    def render(self, verdicts: dict[ExitCode, str] | None = None) -> str:
         lines = []
         for finding in self.findings:
             lines.append(f"{SYMBOLS[finding.status]} {finding.summary}")
@@ -101,11 +101,14 @@ class Report:
             if finding.fix:
                 lines.append(f"    fix: {finding.fix}")
         counts = self.counts()
-        verdict = {
-            ExitCode.OK: "the NPU stack is healthy",
-            ExitCode.DOCTOR_WARNINGS: "usable, with warnings",
-            ExitCode.DOCTOR_FAILURES: "not usable yet",
-        }[self.exit_code]
+        verdict = (
+            verdicts
+            or {
+                ExitCode.OK: "the NPU stack is healthy",
+                ExitCode.DOCTOR_WARNINGS: "usable, with warnings",
+                ExitCode.DOCTOR_FAILURES: "not usable yet",
+            }
+        )[self.exit_code]
         lines.append("")
         lines.append(
             f"Summary: {verdict} — {counts['ok']} ok, {counts['warning']} "

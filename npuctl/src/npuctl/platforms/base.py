@@ -36,6 +36,8 @@ class Platform:
     absent: str  # what is missing when locate finds nothing
     # 'npuctl run' subcommands: name -> (module under the package, attribute, help line)
     run_commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # Top-level commands of its own ('npuctl NAME'), in the same form
+    commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     # Options of the whole command line ('npuctl --OPTION ...') the platform's runtime reads.
     global_options: tuple[Callable[[click.Command], click.Command], ...] = ()
     # Options of 'npuctl provision' that only this platform's actions read.

@@ -35,6 +35,9 @@ PLATFORM = Platform(
     package=__name__,
     locate=locate,
     absent="no CIXH4000 ACPI device or armchina,zhouyi node",
+    commands={
+        "cfg": ("cfg_command", "cfg", "Check CixBuilder configs before compiling (Zhouyi)."),
+    },
     run_commands={
         "clip-text": ("commands", "clip_text", "CLIP text embeddings (Zhouyi)."),
         "clip-image": ("commands", "clip_image_command", "CLIP image embeddings (Zhouyi)."),

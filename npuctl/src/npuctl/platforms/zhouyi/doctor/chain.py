@@ -11,6 +11,7 @@ from npuctl.system import System
 
 from .. import DEFAULT_TIMEOUT_MS
 from . import host, npu
+from .noe_paths import check_noe_paths
 
 
 def check(system: System, options: Options, report: Report) -> None:
@@ -62,3 +63,4 @@ def check(system: System, options: Options, report: Report) -> None:
     else:
         skip(report, "models", "models", "Models", "libnoe cannot open the NPU")
     npu.check_text_cleaning(report)
+    check_noe_paths(system, report, options.timeout_s)
