@@ -67,6 +67,15 @@ def test_the_libnoe_wheel_installed(board, image, tmp_path):  # noqa: F811
     assert "libnoe wheel 2.0.2 is installed" in checks["noe.wheel"]["summary"]
 
 
+def test_a_libnoe_wheel_of_another_release_than_the_umd(board, image, tmp_path):  # noqa: F811
+    env = stand_in(tmp_path, "libnoe", "", version="1.4.0")
+    image.data("umd-version", "2.0.2-1")
+    image.command("dpkg-query", 'cat "$NPUCTL_ROOT/fixture/umd-version"')
+    code, checks = doctor(board, image, "--quick", env=env)
+    assert code == 10
+    assert "cix-noe-umd) is 2.0.2-1: they may not agree" in checks["noe.wheel"]["summary"]
+
+
 def test_on_python_3_13_the_wheels_are_out_of_reach(tmp_path, monkeypatch):
     root = tmp_path / "root"
     (root / "usr/share/cix/pypi").mkdir(parents=True)

@@ -32,6 +32,15 @@ def _python_fits() -> bool:
     return SUPPORTED[0] <= sys.version_info[:2] <= SUPPORTED[1]
 
 
+def _umd_version(system: System) -> str | None:
+    result = system.run("dpkg-query", "-W", "-f=${Version}", "cix-noe-umd")
+    return result.stdout.strip() if result and result.ok and result.stdout.strip() else None
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"\d+", version)[:2])
+
+
 def check_noe_paths(system: System, report: Report, timeout: float) -> None:
     driver = report.facts.get("dkms_version")
     against = f" (driver {driver})" if driver else ""
@@ -77,13 +86,22 @@ def check_noe_paths(system: System, report: Report, timeout: float) -> None:
             )
         )
     if libnoe:
+        umd = _umd_version(system)
+        mismatch = umd is not None and _major_minor(umd) != _major_minor(libnoe["version"])
         report.add(
             Finding(
                 "noe.wheel",
                 "noe",
-                Status.INFO,
-                f"CIX's libnoe wheel {libnoe['version']} is installed{against}; npuctl uses "
-                "its own binding",
+                Status.WARN if mismatch else Status.INFO,
+                f"CIX's libnoe wheel {libnoe['version']} is installed{against}"
+                + (
+                    f", but the user-mode driver (cix-noe-umd) is {umd}: they may not agree"
+                    if mismatch
+                    else "; npuctl uses its own binding"
+                ),
+                fix="install the libnoe wheel of the same release as cix-noe-umd"
+                if mismatch
+                else None,
             )
         )
     elif _wheel(system, r"libnoe") and not _python_fits():
