@@ -19,7 +19,7 @@ PACKAGE ?= aipu-dkms
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
-.PHONY: deps fetch patch quilt-tree deb lint-debian autopkgtest piuparts module test test-oldest \
+.PHONY: deps fetch patch quilt-tree deb repo lint-debian autopkgtest piuparts module test test-oldest \
 	lint check-kernels bench clean
 
 deps: $(DEPS_STAMP)
@@ -53,6 +53,14 @@ deb: $(DEPS_STAMP)
 LINT_SUITE ?= trixie
 lint-debian: deb
 	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes
+
+## repo: the signed apt repository in dist/repo from what 'make deb' built (REPO_KEY=secret
+## key file or REPO_GNUPGHOME=folder; without either a throwaway key, said loudly)
+REPO_KEY ?=
+REPO_GNUPGHOME ?=
+repo: $(DEPS_STAMP)
+	$(BUILD_TOOL) repo --dist $(DIST) --repo $(DIST)/repo --work $(BUILD)/repo \
+		$(if $(REPO_KEY),--key $(REPO_KEY)) $(if $(REPO_GNUPGHOME),--gnupg-home $(REPO_GNUPGHOME))
 
 ## autopkgtest: each driver package's autopkgtest with arm64 headers, in a chroot of the
 ## suite its package.yaml names (kernel.test_suite) (root)

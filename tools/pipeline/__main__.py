@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     npuctl_deb.add_argument("--dist", type=Path, required=True)
     npuctl_deb.add_argument("--no-lintian", action="store_true")
     npuctl_deb.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
+    repo = commands.add_parser("repo", help="build the signed apt repository from --dist")
+    repo.add_argument("--dist", type=Path, default=Path("dist"))
+    repo.add_argument("--repo", type=Path, default=Path("dist/repo"))
+    repo.add_argument("--work", type=Path, default=Path("build/repo"))
+    key = repo.add_mutually_exclusive_group()
+    key.add_argument("--key", type=Path, help="an exported OpenPGP secret key file")
+    key.add_argument("--gnupg-home", type=Path, help="a GnuPG home with the secret key")
     commands.add_parser(
         "test-suite", help="print the Debian suite whose arm64 kernels the autopkgtest uses"
     )
@@ -74,6 +81,23 @@ def main(argv: list[str] | None = None) -> int:
                 print("upstream tree not in the cache: run 'make fetch'", file=sys.stderr)
                 return ExitCode.UPSTREAM
             print(tree)
+        elif args.command == "repo":
+            from .repository import KEYRING_FILE, build_repository
+
+            key = build_repository(
+                args.dist.resolve(),
+                args.repo.resolve(),
+                args.work.resolve(),
+                key_file=args.key,
+                gnupg_home=args.gnupg_home,
+            )
+            if key.throwaway:
+                print(
+                    "pipeline: WARNING: signed with a THROWAWAY key made for testing "
+                    f"({key.fingerprint}); publish only with --key or --gnupg-home",
+                    file=sys.stderr,
+                )
+            print(f"{args.repo} signed by {key.fingerprint}; keyring: {args.repo}/{KEYRING_FILE}")
         elif args.command == "test-suite":
             print(config.kernel_test_suite)
         elif args.command == "version":
