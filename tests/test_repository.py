@@ -138,6 +138,7 @@ def test_a_key_that_cannot_sign(dist, tmp_path):
         capture_output=True,
     )
     result = make_repo(dist, tmp_path / "repo", tmp_path / "work", "--gnupg-home", str(home))
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
     assert result.returncode == 2
     assert "cannot sign" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "repo").exists()
