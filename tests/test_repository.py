@@ -39,8 +39,8 @@ def dist(built_packages, config, tmp_path_factory) -> Path:
     """An upload set of aipu-dkms and npuctl, as 'make deb' leaves them."""
     from pipeline.npuctl_package import build_npuctl_package
 
-    if shutil.which("reprepro") is None:
-        pytest.skip("reprepro is not installed: run 'make deps'")
+    if shutil.which("aptly") is None:
+        pytest.skip("aptly is not installed: run 'make deps'")
     folder = tmp_path_factory.mktemp("dist")
     for path in built_packages["changes"].parent.iterdir():
         shutil.copy(path, folder)
@@ -94,7 +94,10 @@ def test_the_indexes_hold_every_package_and_the_sources(published):
     ).stdout
     assert "Package: aipu-dkms\n" in sources and "Package: npuctl\n" in sources
     release = (published / "dists/trixie/Release").read_text()
-    assert "Architectures: arm64\n" in release and "Codename: trixie\n" in release
+    assert "Architectures: all arm64\n" in release and "Codename: trixie\n" in release
+    assert "Origin: aipu-dkms\n" in release
+    every = (published / "dists/trixie/main/binary-all/Packages").read_text()
+    assert "Package: aipu-dkms\n" in every and "Package: npuctl\n" in every
     assert (published / "aipu-archive-keyring_1_all.deb").exists()
     contents = subprocess.run(
         ["dpkg-deb", "-c", str(published / "aipu-archive-keyring_1_all.deb")],

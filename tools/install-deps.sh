@@ -10,7 +10,7 @@ packages=(
 	dpkg-dev debhelper dh-dkms lintian         # the Debian packages
 	dh-python pybuild-plugin-pyproject python3-all python3-setuptools
 	devscripts appstream piuparts              # upload-set checks, AppStream, piuparts
-	reprepro gnupg                             # the signed apt repository
+	aptly gnupg                                # the signed apt repository
 	python3-click python3-numpy python3-packaging python3-pil python3-regex python3-yaml
 	python3 python3-venv                       # the build tools and npuctl
 	debootstrap zstd                           # Debian chroots with real kernel headers

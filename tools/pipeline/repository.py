@@ -1,15 +1,16 @@
-"""The signed apt repository users add once: reprepro builds it from the upload sets that
+"""The signed apt repository users add once: aptly builds it from the upload sets that
 'make deb' produced (every driver package, npuctl, the archive keyring package), beside the
 published one, and it replaces the published one only when complete.
 
 One distribution per supported Debian release (the packages are the same: DKMS sources and
-Python are architecture-independent), component main, architecture arm64 (reprepro lists the
-architecture-independent packages in it, where apt looks for them), sources included. The
-key comes from an exported secret key file or a GnuPG home; without either a throwaway key
-is made and called one."""
+Python are architecture-independent), component main, indexes for arm64 and all, sources
+included. aptly rather than reprepro: reprepro 5.3 (Debian 12 and 13) cannot publish the
+binary-all indexes. The key comes from an exported secret key file or a GnuPG home; without
+either a throwaway key is made and called one."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -132,15 +133,6 @@ def _usable(home: Path, throwaway: bool) -> SigningKey:
     return SigningKey(home, fingerprint, throwaway)
 
 
-def _distributions(fingerprint: str) -> str:
-    return "\n".join(
-        f"Origin: {ORIGIN}\nLabel: {ORIGIN}\nCodename: {codename}\nSuite: {codename}\n"
-        "Architectures: arm64 source\nComponents: main\n"
-        f"Description: NPU drivers as DKMS packages, and npuctl\nSignWith: {fingerprint}\n"
-        for codename in CODENAMES
-    )
-
-
 def _published_versions(repo: Path) -> dict[str, str]:
     """package -> version, from the published repository's indexes (empty when none)."""
     versions: dict[str, str] = {}
@@ -233,7 +225,7 @@ def build_repository(
     gnupg_home: Path | None = None,
     keyring_version: str = "1",
 ) -> SigningKey:
-    require_tool("reprepro")
+    require_tool("aptly")
     changes = sorted(
         path for path in dist.glob("*.changes") if not path.name.startswith(KEYRING_NAME)
     )
@@ -255,16 +247,34 @@ def build_repository(
         repo.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{repo.name}-", dir=repo.parent))
         try:
-            base = work / "reprepro"
-            shutil.rmtree(base, ignore_errors=True)
-            (base / "conf").mkdir(parents=True)
-            (base / "conf" / "distributions").write_text(_distributions(key.fingerprint))
-            (base / "conf" / "options").write_text(f"outdir {staging}\n")
-            env = {**os.environ, "GNUPGHOME": str(key.home)}
+            aptly = _Aptly(work / "aptly", {**os.environ, "GNUPGHOME": str(key.home)})
             for codename in CODENAMES:
+                name = f"{ORIGIN}-{codename}"
+                aptly("repo", "create", f"-distribution={codename}", "-component=main", name)
                 for path in changes:
-                    _reprepro(base, env, "--ignore=wrongdistribution", "include", codename, path)
-                _reprepro(base, env, "includedeb", codename, keyring_deb)
+                    aptly(
+                        "repo",
+                        "include",
+                        "-accept-unsigned",
+                        "-ignore-signatures",
+                        "-no-remove-files",
+                        f"-repo={name}",
+                        path,
+                    )
+                aptly("repo", "add", name, keyring_deb)
+                aptly(
+                    "publish",
+                    "repo",
+                    "-architectures=arm64,all,source",
+                    "-batch",
+                    "-passphrase=",
+                    f"-gpg-key={key.fingerprint}",
+                    f"-origin={ORIGIN}",
+                    f"-label={ORIGIN}",
+                    name,
+                )
+            staging.rmdir()
+            shutil.copytree(aptly.public, staging)
             shutil.copyfile(keyring_deb, staging / keyring_deb.name)
             subprocess.run(
                 [
@@ -291,19 +301,31 @@ def build_repository(
         return key
 
 
-def _reprepro(base: Path, env: dict[str, str], *args: object) -> None:
-    result = subprocess.run(
-        ["reprepro", "--basedir", str(base), "-V", *(str(a) for a in args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        reason = next((line for line in lines if "rror" in line), lines[-1] if lines else "")
-        command = " ".join(str(a) for a in args if not str(a).startswith("-"))
-        raise BuildError(f"reprepro {command}: {reason}", ExitCode.BUILD)
+class _Aptly:
+    """aptly with its own configuration and database, made afresh for each build."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        self.config = root / "aptly.conf"
+        self.config.write_text(
+            json.dumps({"rootDir": str(root / "db"), "gpgProvider": "gpg2"}), encoding="utf-8"
+        )
+        self.public = root / "db" / "public"
+        self.env = env
+
+    def __call__(self, *args: object) -> None:
+        result = subprocess.run(
+            ["aptly", f"-config={self.config}", *(str(a) for a in args)],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=False,
+        )
+        if result.returncode != 0:
+            lines = [line for line in (result.stderr + result.stdout).splitlines() if line]
+            reason = next((line for line in lines if "ERROR" in line), lines[-1] if lines else "")
+            raise BuildError(f"aptly {args[0]} {args[1]}: {reason}", ExitCode.BUILD)
 
 
 def _swap(staging: Path, repo: Path) -> None:
