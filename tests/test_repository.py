@@ -106,6 +106,17 @@ def test_the_indexes_hold_every_package_and_the_sources(published):
         check=True,
     ).stdout
     assert f"./usr/share/keyrings/{KEYRING_FILE}" in contents
+    lint = subprocess.run(
+        [
+            "lintian",
+            "--fail-on",
+            "error,warning",
+            str(published / "aipu-archive-keyring_1_all.deb"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout
 
 
 def test_no_packages_is_one_line(tmp_path):

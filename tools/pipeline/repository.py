@@ -10,6 +10,7 @@ either a throwaway key is made and called one."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -197,6 +198,13 @@ def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path)
         "License: public-domain\n A public OpenPGP key carries no copyright.\n",
         encoding="utf-8",
     )
+    changelog = (
+        f"{KEYRING_NAME} ({version}) unstable; urgency=medium\n\n"
+        "  * The key of the aipu-dkms apt repository.\n\n"
+        " -- aipu-dkms maintainers <aipu-dkms@example.org>  Mon, 23 Nov 2026 00:00:00 +0000\n"
+    )
+    (docs / "changelog.gz").write_bytes(gzip.compress(changelog.encode(), 9, mtime=0))
+    (docs / "changelog.gz").chmod(0o644)
     control = root / "DEBIAN"
     control.mkdir()
     (control / "control").write_text(
@@ -204,8 +212,8 @@ def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path)
         "Maintainer: aipu-dkms maintainers <aipu-dkms@example.org>\nSection: misc\n"
         "Priority: optional\nMulti-Arch: foreign\n"
         "Description: OpenPGP key of the aipu-dkms apt repository\n"
-        " The key apt checks the repository's Release files with "
-        f"(/usr/share/keyrings/{KEYRING_FILE}).\n",
+        " The key apt checks the repository's Release files with\n"
+        f" (/usr/share/keyrings/{KEYRING_FILE}).\n",
         encoding="utf-8",
     )
     target = dist / f"{KEYRING_NAME}_{version}_all.deb"
