@@ -24,12 +24,11 @@ from ..testdata import (
 DOUBLE_SOURCE = Path(__file__).resolve().parents[1] / "noe_double" / "libnoe_double.c"
 
 
-@pytest.fixture(scope="session")
-def libnoe_double(tmp_path_factory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the libnoe test double: run 'make deps'")
-    library = tmp_path_factory.mktemp("double") / "libnoe.so"
+def shared_library(source: Path, target: Path, compiler: str | None = None) -> Path:
+    """A test double or shim (C) built with warnings as errors; a skip without a compiler."""
+    compiler = compiler or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None or shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler or 'cc'}) to build {source.name}: run 'make deps'")
     subprocess.run(
         [
             compiler,
@@ -40,12 +39,18 @@ def libnoe_double(tmp_path_factory) -> Path:
             "-shared",
             "-fPIC",
             "-o",
-            str(library),
-            str(DOUBLE_SOURCE),
+            str(target),
+            str(source),
+            "-ldl",
         ],
         check=True,
     )
-    return library
+    return target
+
+
+@pytest.fixture(scope="session")
+def libnoe_double(tmp_path_factory) -> Path:
+    return shared_library(DOUBLE_SOURCE, tmp_path_factory.mktemp("double") / "libnoe.so")
 
 
 @pytest.fixture(scope="session")
@@ -151,26 +156,7 @@ TEFLON_DOUBLE_SOURCE = Path(__file__).resolve().parent / "teflon_double" / "libt
 
 @pytest.fixture(scope="session")
 def teflon_double(tmp_path_factory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the Teflon test double: run 'make deps'")
-    library = tmp_path_factory.mktemp("teflon") / "libteflon.so"
-    subprocess.run(
-        [
-            compiler,
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-o",
-            str(library),
-            str(TEFLON_DOUBLE_SOURCE),
-        ],
-        check=True,
-    )
-    return library
+    return shared_library(TEFLON_DOUBLE_SOURCE, tmp_path_factory.mktemp("teflon") / "libteflon.so")
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from .arm64_sysroot import teflon_sysroot
+from .conftest import shared_library
 
 SRC = Path(__file__).resolve().parents[2] / "npuctl" / "src"
 SHIM = Path(__file__).resolve().parent / "accel_shim" / "accel_shim.c"
@@ -32,24 +33,8 @@ def sysroot(qemu_tools):
 
 @pytest.fixture(scope="module")
 def shim(qemu_tools, tmp_path_factory):
-    library = tmp_path_factory.mktemp("shim") / "accel_shim.so"
-    subprocess.run(
-        [
-            "aarch64-linux-gnu-gcc",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-o",
-            str(library),
-            str(SHIM),
-            "-ldl",
-        ],
-        check=True,
-    )
-    return library
+    target = tmp_path_factory.mktemp("shim") / "accel_shim.so"
+    return shared_library(SHIM, target, compiler="aarch64-linux-gnu-gcc")
 
 
 def probe(sysroot, *qemu_options):

@@ -166,14 +166,8 @@ def _newer(candidate: str, published: str) -> bool:
     )
 
 
-def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path) -> Path:
-    """aipu-archive-keyring: the public key in /usr/share/keyrings, so a later upgrade can
-    rotate it, as Debian's own keyrings do."""
-    require_tool("dpkg-deb")
-    root = work / "keyring-package"
-    shutil.rmtree(root, ignore_errors=True)
-    keyrings = root / "usr/share/keyrings"
-    keyrings.mkdir(parents=True)
+def _export_public(key: SigningKey, target: Path) -> None:
+    """The public key as a binary keyring file, what Signed-By and gpgv read."""
     subprocess.run(
         [
             "gpg",
@@ -182,13 +176,24 @@ def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path)
             "--batch",
             "--yes",
             "--output",
-            str(keyrings / KEYRING_FILE),
+            str(target),
             "--export",
             key.fingerprint,
         ],
         check=True,
         capture_output=True,
     )
+
+
+def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path) -> Path:
+    """aipu-archive-keyring: the public key in /usr/share/keyrings, so a later upgrade can
+    rotate it, as Debian's own keyrings do."""
+    require_tool("dpkg-deb")
+    root = work / "keyring-package"
+    shutil.rmtree(root, ignore_errors=True)
+    keyrings = root / "usr/share/keyrings"
+    keyrings.mkdir(parents=True)
+    _export_public(key, keyrings / KEYRING_FILE)
     (keyrings / KEYRING_FILE).chmod(0o644)
     docs = root / f"usr/share/doc/{KEYRING_NAME}"
     docs.mkdir(parents=True)
@@ -284,21 +289,7 @@ def build_repository(
             staging.rmdir()
             shutil.copytree(aptly.public, staging)
             shutil.copyfile(keyring_deb, staging / keyring_deb.name)
-            subprocess.run(
-                [
-                    "gpg",
-                    "--homedir",
-                    str(key.home),
-                    "--batch",
-                    "--yes",
-                    "--output",
-                    str(staging / KEYRING_FILE),
-                    "--export",
-                    key.fingerprint,
-                ],
-                check=True,
-                capture_output=True,
-            )
+            _export_public(key, staging / KEYRING_FILE)
             for path in staging.rglob("*"):
                 path.chmod(0o755 if path.is_dir() else 0o644)
             staging.chmod(0o755)

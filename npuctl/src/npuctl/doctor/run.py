@@ -8,7 +8,6 @@ from pathlib import Path
 
 from ..models.manifest import Manifest
 from ..platforms import absent_reasons, chosen
-from ..platforms.base import Platform
 from ..system import System
 from .findings import NO_NPU_FIX, Finding, Report, Status
 
@@ -43,10 +42,6 @@ def run_doctor(system: System, options: Options, forced: str | None = None) -> R
     report.facts["platform"] = platform.name
     platform.module("doctor").check(system, options, report)
     return report
-
-
-def platform_of(system: System, forced: str | None) -> Platform | None:
-    return chosen(system, forced)
 
 
 def _no_npu(machine: str, board: str) -> Finding:

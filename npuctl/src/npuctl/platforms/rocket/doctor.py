@@ -17,6 +17,8 @@ from npuctl.system import System
 
 from . import DEFAULT_DELEGATE, locate
 from .golden import TOLERANCE
+from .probe import LOADED, NO_DEVICE
+from .probe import MODULE as PROBE_MODULE
 
 MODULE = "rocket"
 CORE = "rockchip,rk3588-rknn-core"
@@ -24,12 +26,9 @@ DEVICE = "/dev/accel/accel0"
 TEFLON_PACKAGE = "mesa-teflon-delegate"
 TEFLON_MINIMUM = (25, 3)  # Mesa added the rocket driver to Teflon in 25.3
 TEFLON_FIX = "sudo npuctl provision --only backports --only teflon-pin --only teflon"
-NO_DEVICE = "Couldn't open kernel device"
-LOADED = "loaded rocket driver"
 CORES = 3
 MEMORY_LIMIT_KB = 4 * 1024 * 1024
 MEMORY_WORKAROUND = "mem=3838M"
-PROBE = "npuctl.platforms.rocket.probe"
 
 
 def kernel_log(system: System) -> list[str]:
@@ -363,6 +362,12 @@ def teflon_version(system: System) -> str | None:
     return result.stdout.strip() if result and result.ok and result.stdout.strip() else None
 
 
+def teflon_release(version: str | None) -> tuple[int, int] | None:
+    """Mesa's major and minor release from a Debian version ("1:26.1.6-1~bpo13+1")."""
+    numbers = re.match(r"^(?:\d+:)?(\d+)\.(\d+)", version or "")
+    return (int(numbers[1]), int(numbers[2])) if numbers else None
+
+
 def _teflon(system: System, report: Report, delegate: Path) -> bool:
     if not system.exists(str(delegate)):
         report.add(
@@ -378,8 +383,8 @@ def _teflon(system: System, report: Report, delegate: Path) -> bool:
         return False
     version = teflon_version(system)
     if str(delegate) == DEFAULT_DELEGATE and version is not None:
-        numbers = re.match(r"^(?:\d+:)?(\d+)\.(\d+)", version)
-        if numbers and (int(numbers[1]), int(numbers[2])) < TEFLON_MINIMUM:
+        release = teflon_release(version)
+        if release is not None and release < TEFLON_MINIMUM:
             report.add(
                 Finding(
                     "teflon.version",
@@ -449,7 +454,7 @@ def _memory(system: System, report: Report) -> None:
 
 
 def _delegate_probe(system: System, report: Report, delegate: Path, timeout: float) -> bool:
-    result = run_module(PROBE, ["delegate", str(system.path(str(delegate)))], timeout)
+    result = run_module(PROBE_MODULE, ["delegate", str(system.path(str(delegate)))], timeout)
     stderr = result.stderr.strip()
     if result.answer is not None and result.answer.get("ok") and NO_DEVICE not in stderr:
         said = next((line for line in stderr.splitlines() if LOADED in line), "")
@@ -488,7 +493,7 @@ def _golden(system: System, options: Options, report: Report, delegate: Path) ->
         )
         return
     args = ["golden", str(check.path), str(system.path(str(delegate)))]
-    result = run_module(PROBE, args, options.timeout_s)
+    result = run_module(PROBE_MODULE, args, options.timeout_s)
     answer = result.answer
     if answer is None or not answer.get("ok"):
         problem = result.problem if answer is None else answer.get("error")

@@ -16,7 +16,7 @@ from npuctl.provision.actions import (
 )
 from npuctl.system import System
 
-from .doctor import TEFLON_MINIMUM, TEFLON_PACKAGE, teflon_version
+from .doctor import TEFLON_MINIMUM, TEFLON_PACKAGE, teflon_release, teflon_version
 from .litert import REQUIREMENT, RUNTIME_DIR
 
 ACTIONS = ("group", "backports", "teflon-pin", "teflon", "rknpu-blacklist", "litert", "models")
@@ -94,9 +94,8 @@ def _teflon_action(system: System) -> Action:
     install = ("apt-get", "install", "-y", "-t", SUITE, TEFLON_PACKAGE)
 
     def is_done() -> bool:
-        version = teflon_version(system)
-        numbers = re.match(r"^(?:\d+:)?(\d+)\.(\d+)", version or "")
-        return bool(numbers) and (int(numbers[1]), int(numbers[2])) >= TEFLON_MINIMUM
+        release = teflon_release(teflon_version(system))
+        return release is not None and release >= TEFLON_MINIMUM
 
     def apply() -> None:
         run_command(system, "apt-get", "update")

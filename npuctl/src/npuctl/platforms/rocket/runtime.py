@@ -18,13 +18,13 @@ from npuctl.models.store import check_model_file
 
 from . import DEFAULT_DELEGATE
 from .litert import interpreter, load_module
+from .probe import MODULE as PROBE_MODULE
+from .probe import NO_DEVICE
 
 if TYPE_CHECKING:
     from npuctl.cli import Settings
 
-PROBE = "npuctl.platforms.rocket.probe"
 TFLITE_IDENTIFIER = b"TFL3"  # the flatbuffer file identifier, bytes 4..8
-NO_DEVICE = "Couldn't open kernel device"
 PROBE_TIMEOUT_S = 120.0
 
 
@@ -75,7 +75,7 @@ def probe_delegate(delegate: Path, timeout: float = PROBE_TIMEOUT_S) -> str:
             f"the Teflon delegate {delegate} is not installed: sudo npuctl provision "
             "(mesa-teflon-delegate from trixie-backports), or pass --delegate"
         )
-    result = run_module(PROBE, ["delegate", str(delegate)], timeout)
+    result = run_module(PROBE_MODULE, ["delegate", str(delegate)], timeout)
     stderr = result.stderr.strip()
     if result.answer is None:
         raise NpuError(f"loading the delegate {delegate} {result.problem}")
@@ -89,7 +89,7 @@ def probe_delegate(delegate: Path, timeout: float = PROBE_TIMEOUT_S) -> str:
 def probe_model(model: Path, delegate: Path | None, timeout: float = PROBE_TIMEOUT_S) -> dict:
     """The model's tensors, once the very file has run in a child (through the delegate)."""
     args = ["model", str(model), *([str(delegate)] if delegate else [])]
-    result = run_module(PROBE, args, timeout)
+    result = run_module(PROBE_MODULE, args, timeout)
     if result.answer is None:
         raise ModelError(f"loading {model} {result.problem}")
     if not result.answer.get("ok"):
