@@ -43,4 +43,4 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
 	"$python" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' -e './npuctl[ftfy,rocket,onnx]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' -e './npuctl[ftfy,rocket,onnx,serve]'

@@ -16,9 +16,13 @@
  * Environment: NOE_DOUBLE_DEVICE (default /dev/aipu) must exist and be read-writable or
  * noe_init_context fails with 3; NOE_DOUBLE_FAIL="init=3,load=9,infer@2=0x23,..." makes the
  * named call (optionally only its Nth call) return that status, or never return for "hang"
- * (an NPU that stops answering); NOE_DOUBLE_TRACE=file records
- * every call; NOE_DOUBLE_KMD and NOE_DOUBLE_UMD set the versions the ioctl reports.
+ * (an NPU that stops answering); "infer%50=0x23" fails every 50th call; NOE_DOUBLE_TRACE=file
+ * records every call; NOE_DOUBLE_KMD and NOE_DOUBLE_UMD set the versions the ioctl reports.
+ * NOE_DOUBLE_INFER_MS=15 makes each inference take that long (the library holds its lock, as
+ * the real one does); NOE_DOUBLE_STALE_REUSE=1 makes a job that has run ignore new inputs
+ * (a runtime whose jobs cannot be reused).
  */
+#include <time.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,14 +130,19 @@ static noe_status_t injected(const char *name, unsigned nth)
 	for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(item, '=');
 		char *at = strchr(item, '@');
+		char *every = strchr(item, '%');
 		size_t len;
 
 		if (!eq)
 			continue;
-		len = (size_t)((at && at < eq ? at : eq) - item);
+		if (!(at && at < eq))
+			at = every && every < eq ? every : NULL;
+		len = (size_t)((at ? at : eq) - item);
 		if (strlen(name) != len || strncmp(item, name, len))
 			continue;
-		if (at && at < eq && (unsigned)strtoul(at + 1, NULL, 10) != nth)
+		if (at && *at == '@' && (unsigned)strtoul(at + 1, NULL, 10) != nth)
+			continue;
+		if (at && *at == '%' && nth % (unsigned)strtoul(at + 1, NULL, 10) != 0)
 			continue;
 		if (!strcmp(eq + 1, "hang"))
 			for (;;)
@@ -413,6 +422,8 @@ noe_status_t noe_load_tensor(const context_handler_t *ctx, uint64_t job_id, uint
 		return leave(0x10);
 	if (idx >= (uint32_t)j->graph->n_in)
 		return leave(0x1A);
+	if (j->done && getenv("NOE_DOUBLE_STALE_REUSE"))
+		return leave(0);
 	memcpy(j->in[idx], data, j->graph->in[idx].size);
 	return leave(0);
 }
@@ -434,6 +445,13 @@ noe_status_t noe_job_infer_sync(const context_handler_t *ctx, uint64_t job_id, i
 	status = injected("infer", calls_infer);
 	if (status)
 		return leave(status); /* 0x23: a hang that the timeout ended */
+	if (getenv("NOE_DOUBLE_INFER_MS")) {
+		long ms = strtol(getenv("NOE_DOUBLE_INFER_MS"), NULL, 10);
+		struct timespec pause_for = { ms / 1000, (ms % 1000) * 1000000L };
+
+		while (nanosleep(&pause_for, &pause_for))
+			;
+	}
 	j->done = 1;
 	return leave(0);
 }

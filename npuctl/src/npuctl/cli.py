@@ -40,6 +40,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bench",
         "Time a model on the NPU (and on the CPU where it can).",
     ),
+    "serve": (
+        "npuctl.serve.command",
+        "serve",
+        "Serve embeddings over HTTP (OpenAI-compatible).",
+    ),
     **{
         name: (f"{platform.package}.{module}", attribute, text)
         for platform in all_platforms()

@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     MODEL = 4  # model file missing, invalid, an LFS pointer, or crashing the library
     NPU = 5  # libnoe missing or unloadable, context, inference error or timeout
     DOWNLOAD = 6  # network failure, size or checksum mismatch
+    SERVICE = 7  # serve: cannot listen (address in use, socket path taken)
     DOCTOR_WARNINGS = 10  # doctor: warnings, no failure
     DOCTOR_FAILURES = 11  # doctor: at least one failure
     INTERRUPTED = 130  # Ctrl-C
@@ -42,6 +43,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         "process that could not be started",
     ),
     (6, "download: network, size or checksum"),
+    (7, "serve: cannot listen (the address is in use, the socket path is taken or not writable)"),
     (10, "doctor: warnings only"),
     (11, "doctor: at least one failure (also on a machine without a supported NPU)"),
     (130, "interrupted (Ctrl-C)"),

@@ -3,6 +3,7 @@ limit checked from the header, before anything is decoded (decompression bombs).
 
 from __future__ import annotations
 
+from io import BytesIO
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -16,14 +17,7 @@ Image.MAX_IMAGE_PIXELS = None
 
 def open_rgb(path: Path, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Image:
     try:
-        with Image.open(path) as image:
-            width, height = image.size
-            if width * height > max_pixels:
-                raise InputError(
-                    f"{path} is {width}x{height} = {width * height:,} pixels, over the limit of "
-                    f"{max_pixels:,}: scale it down or raise --max-image-pixels"
-                )
-            return image.convert("RGB")
+        return _decoded(path, str(path), max_pixels)
     except FileNotFoundError:
         raise InputError(f"image {path} does not exist") from None
     except IsADirectoryError:
@@ -34,3 +28,24 @@ def open_rgb(path: Path, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Im
         raise InputError(f"{path} is too large to decode in the memory available") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
         raise InputError(f"{path} is not an image Pillow can read ({error})") from error
+
+
+def decode_rgb(data: bytes, max_pixels: int, what: str = "the image") -> Image.Image:
+    """An image sent as bytes (a request body), with the same limits as a file."""
+    try:
+        return _decoded(BytesIO(data), what, max_pixels)
+    except MemoryError:
+        raise InputError(f"{what} is too large to decode in the memory available") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as error:
+        raise InputError(f"{what} is not an image Pillow can read ({error})") from error
+
+
+def _decoded(source: Path | BytesIO, what: str, max_pixels: int) -> Image.Image:
+    with Image.open(source) as image:
+        width, height = image.size
+        if width * height > max_pixels:
+            raise InputError(
+                f"{what} is {width}x{height} = {width * height:,} pixels, over the limit of "
+                f"{max_pixels:,}: scale it down or raise --max-image-pixels"
+            )
+        return image.convert("RGB")

@@ -40,6 +40,9 @@ class Platform:
     commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     # Options of the whole command line ('npuctl --OPTION ...') the platform's runtime reads.
     global_options: tuple[Callable[[click.Command], click.Command], ...] = ()
+    # 'npuctl serve': (module under the package, factory(settings) -> serve.embedder.Embedder),
+    # or None when the family has no embedding model yet.
+    embedder: tuple[str, str] | None = None
     # Options of 'npuctl provision' that only this platform's actions read.
     provision_options: tuple[Callable[[click.Command], click.Command], ...] = ()
 

@@ -43,6 +43,7 @@ PLATFORM = Platform(
         "clip-image": ("commands", "clip_image_command", "CLIP image embeddings (Zhouyi)."),
         "yolo": ("commands", "yolo_command", "YOLOv8 object detection (Zhouyi)."),
     },
+    embedder=("embedder", "open_embedder"),
     global_options=(
         click.option(
             "--library",

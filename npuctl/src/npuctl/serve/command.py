@@ -1,0 +1,229 @@
+"""npuctl serve: start the listeners, load and warm up the models on the NPU owner thread, tell
+systemd when ready, and drain in-flight requests on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from ..cli import Settings, pass_settings
+from ..errors import ExitCode, NpuctlError
+from ..platforms import all_platforms, by_name, detect
+from ..platforms.base import Platform
+from ..system import System
+from . import systemd
+from .embedder import Embedder
+from .http import Limits, Listener, Service, TcpListener, UnixListener
+from .metrics import Metrics
+from .owner import NpuOwner
+
+log = logging.getLogger("npuctl.serve")
+DEFAULT_PORT = 8340
+
+
+def embedding_platform(forced: str | None) -> Platform:
+    """--platform if given, else the NPU of this machine, else the first family that embeds
+    (so the libnoe double and --library work on any machine, as 'npuctl run' does)."""
+    found = detect(System())
+    platform = by_name(forced) if forced else (found[0] if found else None)
+    if platform is None:
+        platform = next(p for p in all_platforms() if p.embedder is not None)
+    if platform.embedder is None:
+        families = ", ".join(p.name for p in all_platforms() if p.embedder is not None)
+        raise NpuctlError(
+            f"npuctl has no embedding model for the {platform.title} yet; serve runs on: "
+            f"{families}",
+            ExitCode.USAGE,
+        )
+    return platform
+
+
+def default_socket() -> Path | None:
+    if runtime := os.environ.get("RUNTIME_DIRECTORY"):  # systemd's RuntimeDirectory=
+        return Path(runtime.split(":")[0]) / "serve.sock"
+    if runtime := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(runtime) / "npuctl" / "serve.sock"
+    return None
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="TCP port (0: any free port, printed when ready).",
+)
+@click.option("--no-tcp", is_flag=True, help="Listen on the unix socket only.")
+@click.option(
+    "--unix-socket",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Unix socket [default: $RUNTIME_DIRECTORY/serve.sock under systemd, else "
+    "$XDG_RUNTIME_DIR/npuctl/serve.sock].",
+)
+@click.option("--no-unix-socket", is_flag=True, help="Listen on TCP only.")
+@click.option(
+    "--queue-size",
+    type=click.IntRange(1, 100_000),
+    default=256,
+    show_default=True,
+    help="Inputs that may wait for the NPU; more are answered 429 with Retry-After.",
+)
+@click.option(
+    "--max-inputs",
+    type=click.IntRange(1, 100_000),
+    default=Limits.max_inputs,
+    show_default=True,
+    help="Inputs in one request.",
+)
+@click.option(
+    "--max-body",
+    type=click.IntRange(1024, 1 << 30),
+    default=Limits.max_body,
+    show_default=True,
+    help="Bytes in one request body.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 10_000),
+    default=Limits.max_connections,
+    show_default=True,
+    help="Connections open at once; more are answered 503.",
+)
+@click.option(
+    "--read-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=Limits.read_timeout,
+    show_default=True,
+    help="Seconds a client has to send one request (and to idle between requests).",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(0.1, 3600),
+    default=Limits.deadline,
+    show_default=True,
+    help="Seconds a request may wait for the NPU before it fails with 503.",
+)
+@click.option(
+    "--truncate/--no-truncate",
+    default=False,
+    show_default=True,
+    help="Cut texts over the model's context instead of answering 400 "
+    '(a request\'s "truncate" overrides it).',
+)
+@pass_settings
+def serve(
+    settings: Settings,
+    host: str,
+    port: int,
+    no_tcp: bool,
+    unix_socket: Path | None,
+    no_unix_socket: bool,
+    queue_size: int,
+    max_inputs: int,
+    max_body: int,
+    max_connections: int,
+    read_timeout: float,
+    deadline: float,
+    truncate: bool,
+) -> None:
+    """An OpenAI-compatible embedding service on the NPU: POST /v1/embeddings (texts and
+    images in one vector space), GET /v1/models, /health, /ready and /metrics."""
+    logging.basicConfig(level=logging.INFO, format="npuctl serve: %(message)s", stream=sys.stderr)
+    platform = embedding_platform(settings.platform)
+    module, factory = platform.embedder  # type: ignore[misc]
+    embedder: Embedder = getattr(platform.module(module), factory)(settings)
+    socket_path = None if no_unix_socket else (unix_socket or default_socket())
+    if no_tcp and socket_path is None:
+        raise NpuctlError(
+            "--no-tcp leaves nothing to listen on: give --unix-socket PATH", ExitCode.USAGE
+        )
+    limits = Limits(max_body, max_inputs, max_connections, read_timeout, deadline)
+    metrics = Metrics()
+    owner = NpuOwner(embedder, queue_size, metrics)
+    service = Service(embedder, owner, metrics, limits, embedder.model_names, truncate)
+    listeners = _listen(service, None if no_tcp else (host, port), socket_path)
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
+    threads = [
+        threading.Thread(target=listener.serve_forever, name="listener", daemon=True)
+        for listener in listeners
+    ]
+    threading.Thread(
+        target=service.reap_slow_clients, args=(stop,), name="reaper", daemon=True
+    ).start()
+    for thread in threads:
+        thread.start()
+    try:
+        owner.start()  # loads and warms up; /health answers meanwhile, /ready says loading
+    except BaseException:
+        _close(listeners, socket_path, serving=True)
+        raise
+    service.loaded.set()
+    for name, reused in owner.reuse.reused.items():
+        metrics.job_reuse.labels(name).set(1 if reused else 0)
+        log.info("%s: %s", name, "one NPU job reused" if reused else owner.reuse.why.get(name, ""))
+    systemd.start_watchdog(lambda: _npu_answers(owner, deadline), stop)
+    systemd.notify("READY=1")
+    log.info("ready: %s", " and ".join(_where(listener) for listener in listeners))
+    stop.wait()
+    log.info("stopping: finishing the requests in flight")
+    systemd.notify("STOPPING=1")
+    service.draining.set()
+    _close(listeners, socket_path, serving=True)
+    service.wait_idle(deadline + 5)
+    owner.stop()
+    log.info("stopped")
+
+
+def _listen(
+    service: Service, address: tuple[str, int] | None, socket_path: Path | None
+) -> list[Listener]:
+    listeners: list[Listener] = []
+    try:
+        if address is not None:
+            listeners.append(TcpListener(service, *address))
+        if socket_path is not None:
+            socket_path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            listeners.append(UnixListener(service, socket_path))
+    except OSError as error:
+        _close(listeners, None, serving=False)
+        where = f"{address[0]}:{address[1]}" if address and not listeners else str(socket_path)
+        raise NpuctlError(
+            f"cannot listen on {where}: {error.strerror or error} (stop the other server, or "
+            "choose another --port / --unix-socket)",
+            ExitCode.SERVICE,
+        ) from None
+    return listeners
+
+
+def _close(listeners: list[Listener], socket_path: Path | None, serving: bool) -> None:
+    """Stop accepting; connections already open finish their request."""
+    for listener in listeners:
+        if serving:
+            listener.shutdown()  # type: ignore[attr-defined]
+        listener.server_close()  # type: ignore[attr-defined]
+    if socket_path is not None:
+        socket_path.unlink(missing_ok=True)
+
+
+def _where(listener: Listener) -> str:
+    if isinstance(listener, TcpListener):
+        host, port = listener.server_address[:2]
+        return f"http://{'[' + host + ']' if ':' in str(host) else host}:{port}"
+    return f"unix:{listener.server_address}"  # type: ignore[attr-defined]
+
+
+def _npu_answers(owner: NpuOwner, deadline: float) -> bool:
+    busy_since = owner.busy_since
+    return busy_since is None or time.monotonic() - busy_since < deadline

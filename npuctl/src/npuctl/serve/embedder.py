@@ -1,0 +1,69 @@
+"""What a platform gives the server: inputs turned into tensors (any thread) and tensors into
+vectors on the NPU (the one thread that owns it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+class Rejected(ValueError):
+    """An input the model cannot take; the message says why and what to do (HTTP 400)."""
+
+    def __init__(self, message: str, code: str = "invalid_input") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NpuFailure(RuntimeError):
+    """An inference that failed; the server answers 503 for that request and goes on."""
+
+    def __init__(self, message: str, kind: str = "npu_error") -> None:
+        super().__init__(message)
+        self.kind = kind  # "npu_timeout" | "npu_error": the metrics label
+
+
+@dataclass
+class Prepared:
+    """One input, ready for the NPU."""
+
+    modality: str  # "text" | "image"
+    tensor: np.ndarray
+    tokens: int = 0  # what the input counts in 'usage' (an image counts 0)
+
+
+@dataclass
+class JobReuse:
+    """Whether one NPU job may run input after input, probed at start (never assumed)."""
+
+    reused: dict[str, bool] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)
+
+
+class Embedder(Protocol):
+    model_names: tuple[str, ...]  # the first is the one replies name
+    dimensions: int
+    modalities: tuple[str, ...]
+
+    def prepare_text(self, text: str, truncate: bool) -> Prepared: ...
+
+    def prepare_token_ids(self, ids: list[int], truncate: bool) -> Prepared: ...
+
+    def prepare_image(self, data: bytes) -> Prepared: ...
+
+    def golden_inputs(self) -> tuple[Prepared, Prepared]:
+        """Two different inputs: /ready recomputes the first, start-up checks that the two
+        give different vectors (an NPU that ignores its input is not ready)."""
+        ...
+
+    # The rest runs on the NPU owner thread only.
+    def start(self) -> JobReuse:
+        """Load the models (each proven in a child process first) and probe job reuse;
+        raises NpuctlError with the doctor's message when that fails."""
+        ...
+
+    def embed(self, prepared: Prepared) -> np.ndarray: ...
+
+    def stop(self) -> None: ...

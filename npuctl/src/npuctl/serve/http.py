@@ -1,0 +1,499 @@
+"""The HTTP side of npuctl serve: Python's own threaded HTTP/1.1 server (keep-alive, Nagle
+off), on TCP and on a unix socket, with every resource a client controls bounded: connections,
+body size, inputs per request, time to send a request (slowloris), time in the queue."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import select
+import socket
+import socketserver
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import CancelledError
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import numpy as np
+
+from . import api
+from .embedder import Embedder, NpuFailure
+from .metrics import CONTENT_TYPE, Metrics
+from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, cosine
+
+log = logging.getLogger("npuctl.serve")
+
+ENDPOINTS = ("/v1/embeddings", "/v1/models", "/health", "/ready", "/metrics")
+JSON = "application/json"
+# How often a waiting request looks whether its client is still there.
+_PEER_CHECK_SECONDS = 0.2
+# An oversized body up to this size is read and dropped before the 413; a larger one is not.
+_DISCARD_MAX = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body: int = 2 * 1024 * 1024  # bytes of one request body (text-embeddings-inference's)
+    max_inputs: int = 64  # inputs in one request
+    max_connections: int = 64  # open at once; more are answered 503 and closed
+    read_timeout: float = 10.0  # seconds to send one request, and to idle on keep-alive
+    deadline: float = 30.0  # seconds from a complete request to the start of its inference
+    ready_interval: float = 5.0  # /ready recomputes the golden vector at most this often
+
+
+class ClientGone(Exception):
+    pass
+
+
+class Service:
+    """What every listener shares: the NPU owner, the limits, the metrics, the open
+    connections and the requests in flight (for draining)."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        owner: NpuOwner,
+        metrics: Metrics,
+        limits: Limits,
+        model_names: tuple[str, ...],
+        truncate: bool,
+    ) -> None:
+        self.embedder = embedder
+        self.owner = owner
+        self.metrics = metrics
+        self.limits = limits
+        self.model_names = model_names
+        self.truncate = truncate
+        self.created = int(time.time())
+        self.loaded = threading.Event()
+        self.draining = threading.Event()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._connections = 0
+        self._reading: dict[socket.socket, float] = {}
+        self._ready_lock = threading.Lock()
+        self._ready: tuple[float, bool, str] = (0.0, False, "not checked yet")
+
+    # -- connections ----------------------------------------------------------------------
+    def admit(self) -> bool:
+        with self._lock:
+            if self._connections >= self.limits.max_connections:
+                return False
+            self._connections += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._connections -= 1
+
+    def reading(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._reading[connection] = time.monotonic()
+
+    def done_reading(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._reading.pop(connection, None)
+
+    def reap_slow_clients(self, stop: threading.Event) -> None:
+        """Close connections that take longer than read_timeout to send one request: a
+        socket timeout alone lets a client dribble one byte at a time forever."""
+        interval = min(1.0, self.limits.read_timeout / 4)
+        while not stop.wait(interval):
+            cutoff = time.monotonic() - self.limits.read_timeout
+            with self._lock:
+                slow = [conn for conn, since in self._reading.items() if since < cutoff]
+                for connection in slow:
+                    del self._reading[connection]
+            for connection in slow:
+                self.metrics.errors.labels("slow_client").inc()
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    # -- requests in flight ---------------------------------------------------------------
+    def begin(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._in_flight, timeout)
+
+    # -- answers --------------------------------------------------------------------------
+    def ready(self) -> tuple[bool, str]:
+        if self.draining.is_set():
+            return False, "shutting down"
+        if not self.loaded.is_set():
+            return False, "loading the models"
+        with self._ready_lock:
+            checked, ok, reason = self._ready
+            if time.monotonic() - checked < self.limits.ready_interval:
+                return ok, reason
+            golden = self.embedder.golden_inputs()[0]
+            try:
+                (work,) = self.owner.submit([golden], time.monotonic() + self.limits.deadline)
+                vector = work.future.result()
+            except QueueFull:
+                return ok, reason  # busy, not broken: keep the last verdict
+            except NpuFailure as failure:
+                ok, reason = False, f"the golden input failed: {failure}"
+            else:
+                assert self.owner.golden is not None
+                similarity = cosine(vector, self.owner.golden)
+                ok = similarity >= GOLDEN_MIN_COSINE
+                reason = (
+                    "ready"
+                    if ok
+                    else f"the golden embedding drifted (cosine {similarity:.4f} to the one "
+                    "computed at start): run 'npuctl doctor'"
+                )
+            self._ready = (time.monotonic(), ok, reason)
+            self.metrics.ready.set(1 if ok else 0)
+            return ok, reason
+
+    def embed(self, body: bytes, peer_gone: Callable[[], bool]) -> bytes:
+        if not self.loaded.is_set():
+            raise api.ApiError(
+                503,
+                "the models are still loading",
+                "loading",
+                kind="loading",
+                headers={"Retry-After": "1"},
+            )
+        started = time.perf_counter()
+        request = api.parse(
+            body, self.embedder, self.model_names, self.limits.max_inputs, self.truncate
+        )
+        prepared = time.perf_counter()
+        self.metrics.stage("preprocess", prepared - started)
+        try:
+            works = self.owner.submit(request.inputs, time.monotonic() + self.limits.deadline)
+        except QueueFull as full:
+            raise api.ApiError(
+                429,
+                f"the NPU's queue is full ({self.owner.capacity} inputs): {full}",
+                "queue_full",
+                kind="queue_full",
+                headers={"Retry-After": str(full.retry_after)},
+            ) from None
+        vectors = self._results(works, peer_gone)
+        encoded = time.perf_counter()
+        encode = api.encoder(request.encoding)
+        tokens = sum(item.tokens for item in request.inputs)
+        answer = api.reply(
+            [encode(_unit(vector)) for vector in vectors], self.model_names[0], tokens
+        )
+        self.metrics.stage("serialize", time.perf_counter() - encoded)
+        for item in request.inputs:
+            self.metrics.inputs.labels(item.modality).inc()
+        self.metrics.tokens.inc(tokens)
+        return answer
+
+    def _results(self, works: list[Work], peer_gone: Callable[[], bool]) -> list[np.ndarray]:
+        vectors = []
+        for work in works:
+            while True:
+                try:
+                    vectors.append(work.future.result(_PEER_CHECK_SECONDS))
+                    break
+                except FutureTimeout:
+                    if peer_gone():
+                        for other in works:
+                            other.future.cancel()
+                        raise ClientGone from None
+                except CancelledError:
+                    raise ClientGone from None
+                except NpuFailure as failure:
+                    for other in works:
+                        other.future.cancel()
+                    raise api.ApiError(
+                        503, f"the NPU failed: {failure}", failure.kind, kind=failure.kind
+                    ) from None
+        return vectors
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Errors before the request line is understood still get a status line and headers.
+    default_request_version = "HTTP/1.1"
+    server: Listener  # type: ignore[assignment]
+
+    @property
+    def service(self) -> Service:
+        return self.server.service
+
+    def setup(self) -> None:
+        self.timeout = self.server.service.limits.read_timeout
+        super().setup()
+        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
+            # Without it a keep-alive reply waits for the client's delayed ACK: ~40 ms.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def handle_one_request(self) -> None:
+        self.service.reading(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.service.done_reading(self.connection)
+
+    def version_string(self) -> str:
+        return "npuctl-serve"
+
+    def address_string(self) -> str:
+        return self.client_address[0] if isinstance(self.client_address, tuple) else "unix"
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Protocol errors (a bad request line, headers too long ...) in OpenAI's shape."""
+        self.close_connection = True
+        error = api.ApiError(code, message or HTTPStatus(code).phrase, "http_error")
+        self._send(code, error.body(), JSON, {})
+
+    def _dispatch(self, method: str) -> None:
+        service = self.service
+        path = self.path.partition("?")[0]
+        endpoint = path if path in ENDPOINTS or path.startswith("/v1/models/") else "other"
+        endpoint = "/v1/models" if endpoint.startswith("/v1/models/") else endpoint
+        service.begin()
+        started = time.perf_counter()
+        try:
+            status, body, content_type, headers = self._route(method, path)
+        except ClientGone:
+            service.metrics.errors.labels("cancelled").inc()
+            self.close_connection = True
+            service.end()
+            return
+        except api.ApiError as error:
+            status, body, content_type, headers = error.status, error.body(), JSON, error.headers
+            service.metrics.errors.labels(error.kind).inc()
+            if status == 411:
+                self.close_connection = True  # the body was not read
+        except Exception:  # a bug must cost one request, not the server
+            log.exception("internal error answering %s %s", method, path)
+            status, body, content_type, headers = (
+                500,
+                api.ApiError(500, "internal error (see the service log)", "internal").body(),
+                JSON,
+                {},
+            )
+            service.metrics.errors.labels("internal").inc()
+        if service.draining.is_set():
+            self.close_connection = True
+        try:
+            self._send(status, b"" if method == "HEAD" else body, content_type, headers)
+        finally:
+            service.metrics.requests.labels(endpoint, str(status)).inc()
+            service.metrics.request_seconds.observe(time.perf_counter() - started)
+            service.end()
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str]) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+        except OSError:  # the client went away; nothing to answer
+            self.close_connection = True
+
+    def _route(self, method: str, path: str) -> tuple[int, bytes, str, dict[str, str]]:
+        service = self.service
+        if path == "/v1/embeddings":
+            if method != "POST":
+                raise api.ApiError(405, "use POST /v1/embeddings", "method_not_allowed")
+            body = self._body()
+            if service.draining.is_set():
+                raise api.ApiError(503, "the server is shutting down", "shutting_down")
+            return 200, service.embed(body, self._peer_gone), JSON, {}
+        if method == "POST":
+            self._body()
+            raise api.ApiError(405, f"{path} takes GET", "method_not_allowed")
+        self.service.done_reading(self.connection)
+        if path == "/health":
+            return 200, b'{"status":"ok"}', JSON, {}
+        if path == "/ready":
+            ok, reason = service.ready()
+            body = json.dumps({"status": "ready" if ok else "unavailable", "reason": reason})
+            return (200 if ok else 503), body.encode(), JSON, {}
+        if path == "/metrics":
+            return 200, service.metrics.render(), CONTENT_TYPE, {}
+        if path == "/v1/models" or path.startswith("/v1/models/"):
+            return self._models(path)
+        raise api.ApiError(404, f"no such endpoint: {path[:200]}", "not_found")
+
+    def _models(self, path: str) -> tuple[int, bytes, str, dict[str, str]]:
+        service = self.service
+        models = [
+            {"id": name, "object": "model", "created": service.created, "owned_by": "npuctl"}
+            for name in service.model_names
+        ]
+        if path == "/v1/models":
+            document: object = {"object": "list", "data": models}
+        else:
+            wanted = path.removeprefix("/v1/models/")
+            found = [model for model in models if model["id"] == wanted]
+            if not found:
+                raise api.ApiError(
+                    404, f"the model {wanted[:100]!r} does not exist", "model_not_found"
+                )
+            document = found[0]
+        return 200, json.dumps(document).encode(), JSON, {}
+
+    def _body(self) -> bytes:
+        limit = self.service.limits.max_body
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            raise api.ApiError(
+                411, "send the body with a Content-Length, not chunked", "length_required"
+            )
+        declared = self.headers.get("Content-Length")
+        if declared is None:
+            raise api.ApiError(411, "a Content-Length header is required", "length_required")
+        try:
+            length = int(declared)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            raise api.ApiError(400, "Content-Length is not a number", "invalid_header")
+        if length > limit:
+            self._discard(length)
+            raise api.ApiError(
+                413,
+                f"the body is {length:,} bytes, over this server's limit of {limit:,} "
+                "(split the request, or raise --max-body)",
+                "request_too_large",
+                kind="too_large",
+            )
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise ClientGone
+        self.service.done_reading(self.connection)
+        return body
+
+    def _discard(self, length: int) -> None:
+        """Read an oversized body away (within the read timeout) so the client, still
+        sending, reads the 413 instead of a reset; beyond _DISCARD_MAX just close."""
+        if length > _DISCARD_MAX:
+            self.close_connection = True
+            return
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1 << 16))
+            if not chunk:
+                raise ClientGone
+            length -= len(chunk)
+
+    def _peer_gone(self) -> bool:
+        """Whether the client closed its end while its request waited."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (OSError, ValueError):
+            return True
+
+
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nRetry-After: 1\r\nContent-Length: 116\r\n\r\n"
+    b'{"error":{"message":"too many open connections: retry later","type":"server_error",'
+    b'"param":null,"code":"busy"}}'
+)
+
+
+class Listener(socketserver.ThreadingMixIn):
+    """A thread per connection, up to max_connections; over that, 503 and close."""
+
+    daemon_threads = True
+    request_queue_size = 128
+    service: Service
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:
+        if not self.service.admit():
+            self.service.metrics.errors.labels("busy").inc()
+            with contextlib.suppress(OSError):
+                request.sendall(_BUSY)
+            self.shutdown_request(request)  # type: ignore[attr-defined]
+            return
+        super().process_request(request, client_address)  # type: ignore[misc]
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            self.service.release()
+
+    def handle_error(self, request: socket.socket, client_address: object) -> None:
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
+
+class TcpListener(Listener, HTTPServer):
+    def __init__(self, service: Service, host: str, port: int) -> None:
+        self.service = service
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        HTTPServer.__init__(self, (host, port), Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer's own looks up the host's FQDN, which can wait on DNS for seconds.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+
+class UnixListener(Listener, socketserver.UnixStreamServer):
+    def __init__(self, service: Service, path: Path) -> None:
+        self.service = service
+        _remove_stale_socket(path)
+        socketserver.UnixStreamServer.__init__(self, str(path), Handler)
+        # Anyone who may reach 127.0.0.1 may use the socket too; the folder decides more.
+        path.chmod(0o666)
+
+
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(f"{path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # left behind by a server that is gone
+            return
+    raise OSError(f"another server is listening on {path}")

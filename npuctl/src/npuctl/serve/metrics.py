@@ -1,0 +1,88 @@
+"""/metrics in Prometheus's text format, with the names and labels Prometheus users expect:
+counters end in _total, durations are histograms in seconds, no per-request label values."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# From 50 µs (tokenizing a short text) to 10 s (an inference that times out).
+_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+STAGES = ("queue", "preprocess", "npu", "serialize")
+ERROR_KINDS = (
+    "invalid_request",
+    "model_not_found",
+    "too_large",
+    "queue_full",
+    "deadline",
+    "npu_timeout",
+    "npu_error",
+    "cancelled",
+    "slow_client",
+    "busy",
+    "loading",
+    "internal",
+)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.requests = Counter(
+            "npuctl_serve_requests",
+            "HTTP requests answered, by endpoint and status code.",
+            ["endpoint", "code"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "npuctl_serve_errors",
+            "Requests or inputs that failed, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind)
+        self.inputs = Counter(
+            "npuctl_serve_inputs", "Inputs embedded, by modality.", ["modality"], registry=registry
+        )
+        self.tokens = Counter(
+            "npuctl_serve_prompt_tokens", "Tokens of the texts embedded.", registry=registry
+        )
+        self.queue_depth = Gauge(
+            "npuctl_serve_queue_depth", "Inputs waiting for the NPU.", registry=registry
+        )
+        self.ready = Gauge(
+            "npuctl_serve_ready", "1 when the last readiness check passed.", registry=registry
+        )
+        self.job_reuse = Gauge(
+            "npuctl_serve_job_reuse",
+            "1 when one NPU job serves input after input (probed at start).",
+            ["model"],
+            registry=registry,
+        )
+        self.stages = Histogram(
+            "npuctl_serve_stage_duration_seconds",
+            "Time per input in each stage: queue wait, tokenize/preprocess, NPU, serialize.",
+            ["stage"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._stage = {stage: self.stages.labels(stage) for stage in STAGES}
+        self.request_seconds = Histogram(
+            "npuctl_serve_request_duration_seconds",
+            "Time from a request's complete arrival to its answer.",
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+
+    def stage(self, name: str, seconds: float) -> None:
+        self._stage[name].observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
