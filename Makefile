@@ -134,4 +134,5 @@ check-kernels: deb
 
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations
 bench: $(DEPS_STAMP)
-	$(PY) -m bench.host_cost
+	status=0; $(PY) -m bench.host_cost || status=1; \
+		$(PY) -m bench.serve_cost || status=1; exit $$status

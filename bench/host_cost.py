@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from bench.report import print_rows
 from npuctl.platforms.zhouyi.noe.binding import NoeLibrary, Session, dequantize
 from npuctl.platforms.zhouyi.pipelines import clip_image, yolo
 from npuctl.platforms.zhouyi.pipelines.clip_tokenizer import ClipTokenizer
@@ -360,15 +361,7 @@ def main() -> int:
             *bench_long_texts(vocab),
             *bench_startup(),
         ]
-    width = max(len(r["name"]) for r in results)
-    print(f"{'measurement':{width}}  {'ours':>10}  {'reference':>10}  {'ratio':>6}  target")
-    for r in results:
-        print(
-            f"{r['name']:{width}}  {r['ours']:10.3f}  {r['reference']:10.3f}  "
-            f"{r['ratio']:5.1f}x  {r['target']} [{'ok' if r['ok'] else 'MISSED'}]  "
-            f"({r['unit']})"
-        )
-    return 0 if all(r["ok"] for r in results) else 1
+    return 0 if print_rows(results) else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,13 @@ def npuctl_deb(config, tmp_path_factory):
 
 def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
     depends = _field(npuctl_deb, "Depends")
-    for package in ("python3-click", "python3-numpy", "python3-yaml", "python3-pil"):
+    for package in (
+        "python3-click",
+        "python3-numpy",
+        "python3-yaml",
+        "python3-pil",
+        "python3-prometheus-client",
+    ):
         assert package in depends
     assert "python3-ftfy" in _field(npuctl_deb, "Recommends")  # not in Debian 12
 
@@ -76,3 +82,34 @@ def test_the_manual_page_covers_every_command_and_the_exit_codes(npuctl_deb, tmp
         code for code, _ in EXIT_CODES
     ]
     assert "\\-\\-max\\-image\\-pixels" in page
+
+
+def test_the_serve_unit_is_shipped_hardened_and_not_enabled(npuctl_deb, tmp_path):
+    run("dpkg-deb", "-x", npuctl_deb, tmp_path)
+    units = [p for p in _contents(npuctl_deb) if p.endswith("/systemd/system/npuctl-serve.service")]
+    assert len(units) == 1, "npuctl-serve.service is not in the package"
+    unit = tmp_path / units[0].lstrip("/")
+    text = unit.read_text()
+    for line in ("Type=notify", "DynamicUser=yes", "SupplementaryGroups=render", "WatchdogSec="):
+        assert line in text
+    security = run("systemd-analyze", "security", "--offline=true", "--no-pager", unit)
+    exposure = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
+    assert exposure, security.stdout + security.stderr
+    assert float(exposure.group(1)) <= 2.0, security.stdout
+    control = tmp_path / "control"
+    run("dpkg-deb", "-e", npuctl_deb, control)
+    postinst = (control / "postinst").read_text()
+    assert "npuctl-serve.service" in postinst
+    assert "deb-systemd-invoke start" not in postinst  # installed, neither enabled nor started
+    result = run(
+        "/usr/bin/python3",
+        tmp_path / "usr" / "bin" / "npuctl",
+        "serve",
+        "--help",
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(tmp_path / "usr/lib/python3/dist-packages"),
+            "HOME": str(tmp_path),
+        },
+    )
+    assert result.returncode == 0 and "/v1/embeddings" in result.stdout, result.stderr

@@ -38,7 +38,9 @@ def _context(config: Config, version: str) -> dict[str, object]:
             "npuctl proves that the ArmChina Zhouyi NPU of the Orange Pi 6 Plus (CIX CD8180) "
             "really computes: it runs CLIP text and image encoders and YOLOv8n on it through "
             "CIX's user-mode library libnoe, benchmarks raw inference and the full pipeline, "
-            "and downloads and verifies the CIX AI Model Hub models it knows by name."
+            "and downloads and verifies the CIX AI Model Hub models it knows by name. "
+            "npuctl serve is an OpenAI-compatible embedding service on the NPU, with a "
+            "hardened systemd unit (npuctl-serve.service, not enabled by default)."
         ),
     }
 

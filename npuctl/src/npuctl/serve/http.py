@@ -14,8 +14,6 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import CancelledError
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -145,7 +143,8 @@ class Service:
             golden = self.embedder.golden_inputs()[0]
             try:
                 (work,) = self.owner.submit([golden], time.monotonic() + self.limits.deadline)
-                vector = work.future.result()
+                while (vector := work.result(self.limits.deadline)) is None:
+                    pass
             except QueueFull:
                 return ok, reason  # busy, not broken: keep the last verdict
             except NpuFailure as failure:
@@ -198,31 +197,32 @@ class Service:
         )
         self.metrics.stage("serialize", time.perf_counter() - encoded)
         for item in request.inputs:
-            self.metrics.inputs.labels(item.modality).inc()
+            self.metrics.input(item.modality)
         self.metrics.tokens.inc(tokens)
         return answer
 
     def _results(self, works: list[Work], peer_gone: Callable[[], bool]) -> list[np.ndarray]:
         vectors = []
         for work in works:
-            while True:
-                try:
-                    vectors.append(work.future.result(_PEER_CHECK_SECONDS))
-                    break
-                except FutureTimeout:
+            try:
+                while (vector := work.result(_PEER_CHECK_SECONDS)) is None:
                     if peer_gone():
-                        for other in works:
-                            other.future.cancel()
-                        raise ClientGone from None
-                except CancelledError:
-                    raise ClientGone from None
-                except NpuFailure as failure:
-                    for other in works:
-                        other.future.cancel()
-                    raise api.ApiError(
-                        503, f"the NPU failed: {failure}", failure.kind, kind=failure.kind
-                    ) from None
+                        raise ClientGone
+            except ClientGone:
+                _cancel(works)
+                raise
+            except NpuFailure as failure:
+                _cancel(works)
+                raise api.ApiError(
+                    503, f"the NPU failed: {failure}", failure.kind, kind=failure.kind
+                ) from None
+            vectors.append(vector)
         return vectors
+
+
+def _cancel(works: list[Work]) -> None:
+    for work in works:
+        work.cancelled = True
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ class Metrics:
         self.inputs = Counter(
             "npuctl_serve_inputs", "Inputs embedded, by modality.", ["modality"], registry=registry
         )
+        self._inputs = {modality: self.inputs.labels(modality) for modality in ("text", "image")}
         self.tokens = Counter(
             "npuctl_serve_prompt_tokens", "Tokens of the texts embedded.", registry=registry
         )
@@ -83,6 +84,9 @@ class Metrics:
 
     def stage(self, name: str, seconds: float) -> None:
         self._stage[name].observe(seconds)
+
+    def input(self, modality: str) -> None:
+        self._inputs[modality].inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
