@@ -155,6 +155,7 @@ def test_long_texts_are_cut_when_asked(clip_board: Board, server: Server) -> Non
         (b"[" * 100_000 + b"]" * 100_000, 400),  # nested past the parser's recursion
         (b'{"input": "x"' + b" " * (10 * 1024 * 1024) + b"}", 413),
     ],
+    ids=["not-json", "not-an-object", "not-utf8", "nested-deep", "10-MB"],
 )
 def test_malformed_and_huge_bodies(server: Server, raw: bytes, status: int) -> None:
     answer = server.request("POST", "/v1/embeddings", raw)
