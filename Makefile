@@ -135,4 +135,5 @@ check-kernels: deb
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations
 bench: $(DEPS_STAMP)
 	status=0; $(PY) -m bench.host_cost || status=1; \
-		$(PY) -m bench.serve_cost || status=1; exit $$status
+		$(PY) -m bench.serve_cost || status=1; \
+		$(PY) -m bench.watch_quality || status=1; exit $$status

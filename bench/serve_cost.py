@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -194,7 +195,7 @@ def bench_overhead(board: Board) -> list[dict]:
 
 
 def concurrent(
-    server: Server, clients: int, requests: int, document_of: callable
+    server: Server, clients: int, requests: int, document_of: Callable[[int], dict]
 ) -> tuple[Counter, float, list[str]]:
     """``requests`` requests from ``clients`` keep-alive clients; status counts, seconds,
     and every answer that was not a complete, well-formed one."""

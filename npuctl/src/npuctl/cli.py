@@ -45,6 +45,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "serve",
         "Serve embeddings over HTTP (OpenAI-compatible).",
     ),
+    "watch": (
+        "npuctl.watch.command",
+        "watch",
+        "Watch this machine's metrics for anomalies, embedded on the NPU.",
+    ),
     **{
         name: (f"{platform.package}.{module}", attribute, text)
         for platform in all_platforms()

@@ -109,6 +109,28 @@ class Detector:
         self.ewma_limit = mean + self.settings.sigmas * sigma * float(np.sqrt(alpha / (2 - alpha)))
         self._ewma = mean
 
+    # -- persistence: a restarted agent keeps its baseline -------------------------------
+    def state(self) -> dict[str, np.ndarray]:
+        if self._baseline is None:
+            return {"warm": np.stack(self._warm) if self._warm else np.zeros((0, 0))}
+        return {
+            "baseline": self._baseline,
+            "numbers": np.array([self.threshold, self.ewma_limit, self._ewma]),
+        }
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        self.rebaseline()
+        if "baseline" in state:
+            self._baseline = state["baseline"].astype(np.float32)
+            self.threshold, self.ewma_limit, self._ewma = (float(x) for x in state["numbers"])
+        else:
+            self._warm = list(state["warm"].astype(np.float32))
+            self._seen = len(self._warm)
+
+    @property
+    def collected(self) -> int:
+        return self._seen
+
     def _score(self, unit: np.ndarray) -> float:
         assert self._baseline is not None
         distances = 1.0 - self._baseline @ unit
