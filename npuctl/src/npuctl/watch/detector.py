@@ -44,6 +44,9 @@ class Settings:
     alpha: float = 0.2  # EWMA weight of the newest score
     sigmas: float = 4.0  # EWMA control limit, in standard deviations
     reservoir: int = 1024  # warm-up vectors kept at most
+    # Scores below this are rounding (float32 cosine of equal texts), never an anomaly: a
+    # warm-up of identical samples would otherwise learn a threshold of 0.
+    floor: float = 1e-4
 
 
 class Detector:
@@ -103,10 +106,12 @@ class Detector:
         k = self.settings.k
         scores = np.partition(distances, k - 1, axis=1)[:, k - 1]
         self._baseline = baseline
-        self.threshold = float(np.quantile(scores, self.settings.quantile)) * self.settings.margin
+        settings = self.settings
+        quantile = float(np.quantile(scores, settings.quantile))
+        self.threshold = max(quantile * settings.margin, settings.floor)
         mean, sigma = float(scores.mean()), float(scores.std())
-        alpha = self.settings.alpha
-        self.ewma_limit = mean + self.settings.sigmas * sigma * float(np.sqrt(alpha / (2 - alpha)))
+        spread = settings.sigmas * sigma * float(np.sqrt(settings.alpha / (2 - settings.alpha)))
+        self.ewma_limit = max(mean + spread, settings.floor)
         self._ewma = mean
 
     # -- persistence: a restarted agent keeps its baseline -------------------------------
