@@ -17,6 +17,7 @@ packages=(
 	debootstrap zstd                           # Debian chroots with real kernel headers
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim
 	qemu-user                                  # Debian's arm64 Teflon under npuctl's probe
+	podman runc busybox-static                 # a real container given the NPU through CDI
 	shellcheck                                 # lint
 	gcc                                        # the libnoe test double
 	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio kmod  # kernel boots

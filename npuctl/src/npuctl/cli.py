@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "serve",
         "Serve embeddings over HTTP (OpenAI-compatible).",
     ),
+    "cdi": ("npuctl.cdi.command", "cdi", "CDI specs: the NPU in containers and on K3s nodes."),
     "watch": (
         "npuctl.watch.command",
         "watch",

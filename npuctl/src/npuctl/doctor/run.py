@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..models.manifest import Manifest
 from ..platforms import absent_reasons, chosen
+from ..platforms.base import Platform
 from ..system import System
 from .findings import NO_NPU_FIX, Finding, Report, Status
 
@@ -41,7 +42,37 @@ def run_doctor(system: System, options: Options, forced: str | None = None) -> R
         return report
     report.facts["platform"] = platform.name
     platform.module("doctor").check(system, options, report)
+    check_cdi_spec(system, platform, options, report)
     return report
+
+
+def check_cdi_spec(system: System, platform: Platform, options: Options, report: Report) -> None:
+    """A CDI spec npuctl wrote must still describe this machine (an upgrade moves libraries,
+    a new kernel renumbers devices); other tools' specs are not npuctl's business."""
+    if platform.cdi is None:
+        return
+    from ..cdi.spec import SPEC_DIRS, stale
+    from ..errors import NpuctlError
+
+    module, attribute = platform.cdi
+    try:
+        edits = getattr(platform.module(module), attribute)(system, options.platform_options)
+    except NpuctlError:
+        return  # nothing to compare with: the findings above say what is missing
+    for directory in SPEC_DIRS:
+        problem = stale(system.path(str(directory)), edits)
+        if problem:
+            report.add(
+                Finding(
+                    "cdi.spec",
+                    "containers",
+                    Status.WARN,
+                    f"CDI spec: {problem}",
+                    "Containers started with --device " + edits.kind + "=... get what the "
+                    "spec says, not what the machine has.",
+                    fix="sudo npuctl cdi generate",
+                )
+            )
 
 
 def _no_npu(machine: str, board: str) -> Finding:

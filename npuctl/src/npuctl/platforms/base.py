@@ -43,6 +43,8 @@ class Platform:
     # 'npuctl serve': (module under the package, factory(settings) -> serve.embedder.Embedder),
     # or None when the family has no embedding model yet.
     embedder: tuple[str, str] | None = None
+    # 'npuctl cdi': (module, edits(system, options) -> cdi.spec.NpuEdits), or None.
+    cdi: tuple[str, str] | None = None
     # Options of 'npuctl provision' that only this platform's actions read.
     provision_options: tuple[Callable[[click.Command], click.Command], ...] = ()
 

@@ -38,6 +38,7 @@ PLATFORM = Platform(
     run_commands={
         "mobilenet": ("commands", "mobilenet", "Classify images with MobileNet (rocket)."),
     },
+    cdi=("cdi", "edits"),
     global_options=(
         click.option(
             "--delegate",

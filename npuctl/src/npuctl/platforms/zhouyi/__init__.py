@@ -44,6 +44,7 @@ PLATFORM = Platform(
         "yolo": ("commands", "yolo_command", "YOLOv8 object detection (Zhouyi)."),
     },
     embedder=("embedder", "open_embedder"),
+    cdi=("cdi", "edits"),
     global_options=(
         click.option(
             "--library",
