@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import click
@@ -11,8 +12,9 @@ import click
 from .. import __version__
 from ..cli import Settings, pass_settings
 from ..doctor.bundle import write_bundle
+from ..doctor.nfd import problem_detector, write_features
 from ..doctor.run import Options, run_doctor
-from ..errors import ExitCode
+from ..errors import ExitCode, InputError
 from ..output import emit_json
 from ..platforms import by_name
 from ..system import Identity, System
@@ -30,6 +32,25 @@ from ..system import Identity, System
     help="Also write a support tarball (no private data) to this file.",
 )
 @click.option(
+    "--nfd",
+    "nfd_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write Node Feature Discovery labels to this file (features.d/npuctl).",
+)
+@click.option(
+    "--nfd-expiry",
+    type=click.IntRange(1, 10_080),
+    default=15,
+    show_default=True,
+    help="Minutes until NFD drops the labels unless the doctor writes them again.",
+)
+@click.option(
+    "--npd",
+    is_flag=True,
+    help="node-problem-detector plugin: one line, exit 0 ok, 1 problem, 2 unknown.",
+)
+@click.option(
     "--root",
     type=click.Path(path_type=Path),
     default=Path("/"),
@@ -38,7 +59,16 @@ from ..system import Identity, System
     help="Inspect a system image under this directory.",
 )
 @pass_settings
-def doctor(settings: Settings, quick: bool, as_json: bool, bundle: Path | None, root: Path) -> None:
+def doctor(
+    settings: Settings,
+    quick: bool,
+    as_json: bool,
+    bundle: Path | None,
+    nfd_file: Path | None,
+    nfd_expiry: int,
+    npd: bool,
+    root: Path,
+) -> None:
     """Check the whole NPU stack and say how to fix what is wrong.
 
     Exit codes: 0 all good, 10 warnings, 11 failures, 1 npuctl itself failed."""
@@ -52,6 +82,15 @@ def doctor(settings: Settings, quick: bool, as_json: bool, bundle: Path | None, 
     if os.environ.get("NPUCTL_DOCTOR_CHILD_TIMEOUT"):  # seconds a child may take
         options.timeout_s = float(os.environ["NPUCTL_DOCTOR_CHILD_TIMEOUT"])
     report = run_doctor(system, options, settings.platform)
+    if nfd_file is not None:
+        try:
+            write_features(nfd_file, report, timedelta(minutes=nfd_expiry))
+        except OSError as error:
+            raise InputError(f"cannot write {nfd_file}: {error.strerror or error}") from None
+    if npd:
+        status, line = problem_detector(report)
+        click.echo(line)
+        sys.exit(status)
     if as_json:
         emit_json(report.as_dict(__version__))
     else:

@@ -12,15 +12,18 @@ from ..cli import Settings, pass_settings
 from ..models.download import fetch
 from ..models.store import SYSTEM_DIR, Lock
 from ..platforms import all_platforms, by_name, detect
-from ..provision.actions import ProvisionError, Request
+from ..provision.actions import ProvisionError, Request, nfd_action
 from ..system import System
+
+# Actions every family has, never run unless asked (--only).
+SHARED_ACTIONS = ("nfd",)
 
 
 def _action_names() -> list[str]:
     names: list[str] = []
     for platform in all_platforms():
         names += [n for n in platform.module("provision").ACTIONS if n not in names]
-    return names
+    return names + list(SHARED_ACTIONS)
 
 
 def with_provision_options(command: click.Command) -> click.Command:
@@ -67,11 +70,12 @@ def provision(
     system = System(root)
     platform = _platform(system, settings.platform)
     actions_module = platform.module("provision")
-    unknown = [name for name in only if name not in actions_module.ACTIONS]
+    known = (*actions_module.ACTIONS, *SHARED_ACTIONS)
+    unknown = [name for name in only if name not in known]
     if unknown:
         raise ProvisionError(
             f"{', '.join(unknown)}: not an action of {platform.name}; its actions: "
-            f"{', '.join(actions_module.ACTIONS)}"
+            f"{', '.join(known)}"
         )
     if root == Path("/") and os.geteuid() != 0 and not dry_run:
         raise ProvisionError("provision changes the system: run it with sudo (or --dry-run)")
@@ -88,7 +92,10 @@ def provision(
 
     request = Request(system, user, group, models_dir, fetch_models, options)
     names = list(only) or actions_module.default_actions(request)
-    chosen = [actions_module.action(name, request) for name in names]
+    chosen = [
+        nfd_action(system) if name == "nfd" else actions_module.action(name, request)
+        for name in names
+    ]
     for action in reversed(chosen) if undo else chosen:
         done = action.is_done()
         if undo:
