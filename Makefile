@@ -19,7 +19,7 @@ PACKAGE ?= aipu-dkms
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
-.PHONY: deps fetch patch quilt-tree deb repo lint-debian autopkgtest piuparts module test test-oldest \
+.PHONY: deps fetch patch quilt-tree deb repo lint-debian autopkgtest piuparts module test test-oldest k8s \
 	lint check-kernels bench clean
 
 deps: $(DEPS_STAMP)
@@ -105,6 +105,13 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml pyproject.t
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
 		-p no:cacheprovider $(PYTEST_ARGS) tests/npuctl
+
+## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants
+k8s: $(DEPS_STAMP)
+	mkdir -p $(DIST)/k8s
+	$(PY) -m npuctl k8s render --output $(DIST)/k8s/npuctl-serve-cdi.yaml
+	$(PY) -m npuctl k8s render --device-via device-plugin \
+		--output $(DIST)/k8s/npuctl-serve-device-plugin.yaml
 
 ## lint: ruff and shellcheck
 lint: $(DEPS_STAMP)

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Serve embeddings over HTTP (OpenAI-compatible).",
     ),
     "cdi": ("npuctl.cdi.command", "cdi", "CDI specs: the NPU in containers and on K3s nodes."),
+    "k8s": ("npuctl.k8s.command", "k8s", "Kubernetes / K3s manifests for npuctl serve on a fleet."),
     "watch": (
         "npuctl.watch.command",
         "watch",

@@ -45,6 +45,10 @@ class Platform:
     embedder: tuple[str, str] | None = None
     # 'npuctl cdi': (module, edits(system, options) -> cdi.spec.NpuEdits), or None.
     cdi: tuple[str, str] | None = None
+    # The CDI kind (vendor/class) of its NPU, and its device nodes as a device plugin shares
+    # them ('npuctl k8s render').
+    cdi_kind: str = ""
+    device_paths: tuple[str, ...] = ()
     # Options of 'npuctl provision' that only this platform's actions read.
     provision_options: tuple[Callable[[click.Command], click.Command], ...] = ()
 

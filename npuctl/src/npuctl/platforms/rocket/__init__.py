@@ -39,6 +39,8 @@ PLATFORM = Platform(
         "mobilenet": ("commands", "mobilenet", "Classify images with MobileNet (rocket)."),
     },
     cdi=("cdi", "edits"),
+    cdi_kind="rockchip.com/npu",
+    device_paths=("/dev/accel/accel0",),
     global_options=(
         click.option(
             "--delegate",

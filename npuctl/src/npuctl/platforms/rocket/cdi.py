@@ -10,6 +10,8 @@ from npuctl.cdi.spec import NpuEdits
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.system import System
 
+from . import PLATFORM
+
 
 def edits(system: System, options: dict[str, object]) -> NpuEdits:
     nodes = [
@@ -31,7 +33,7 @@ def edits(system: System, options: dict[str, object]) -> NpuEdits:
             ExitCode.NPU,
         )
     return NpuEdits(
-        "rockchip.com/npu",
+        PLATFORM.cdi_kind,
         [(str(system.path(node)), node) for node in nodes],
         [(str(system.path(str(delegate))), str(delegate))],
         {"NPUCTL_PLATFORM": "rocket", "NPUCTL_TEFLON": str(delegate)},

@@ -45,6 +45,8 @@ PLATFORM = Platform(
     },
     embedder=("embedder", "open_embedder"),
     cdi=("cdi", "edits"),
+    cdi_kind="armchina.com/npu",
+    device_paths=("/dev/aipu",),
     global_options=(
         click.option(
             "--library",

@@ -10,6 +10,7 @@ from npuctl.cdi.spec import NpuEdits
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.system import System
 
+from . import PLATFORM
 from .doctor.host import DEVICE_NODE
 
 
@@ -31,7 +32,7 @@ def edits(system: System, options: dict[str, object]) -> NpuEdits:
         )
     folder = str(library.parent)
     return NpuEdits(
-        "armchina.com/npu",
+        PLATFORM.cdi_kind,
         [(str(system.path(DEVICE_NODE)), DEVICE_NODE)],
         [(str(system.path(folder)), folder)],
         {"NPUCTL_PLATFORM": "zhouyi", "NPUCTL_LIBNOE": str(library)},

@@ -1,0 +1,72 @@
+"""npuctl k8s render"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import __version__
+from ..files import write_text_atomically
+from ..platforms import all_platforms, by_name
+from ..system import System
+from .render import Choices, render
+
+
+def _render_gid() -> int:
+    """This machine's render group, the usual one on the nodes of a uniform fleet."""
+    for line in (System().read("/etc/group") or "").splitlines():
+        fields = line.split(":")
+        if fields[0] == "render" and len(fields) > 2 and fields[2].isdigit():
+            return int(fields[2])
+    return Choices.render_gid
+
+
+@click.group()
+def k8s() -> None:
+    """Kubernetes / K3s manifests for npuctl serve on a fleet."""
+
+
+@k8s.command(name="render")
+@click.option(
+    "--family",
+    type=click.Choice([p.name for p in all_platforms() if p.embedder is not None]),
+    default="zhouyi",
+    show_default=True,
+)
+@click.option("--image", default=f"localhost/npuctl:{__version__}", show_default=True)
+@click.option("--namespace", default="npuctl", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8340, show_default=True)
+@click.option(
+    "--device-via",
+    type=click.Choice(["cdi", "device-plugin"]),
+    default="cdi",
+    show_default=True,
+    help="cdi: the node's CDI spec (containerd 2, CRI-O); device-plugin: generic-device-plugin.",
+)
+@click.option(
+    "--render-gid",
+    type=click.IntRange(0),
+    default=None,
+    help="[default: this machine's render group]",
+)
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), default=None)
+def render_command(
+    family: str,
+    image: str,
+    namespace: str,
+    port: int,
+    device_via: str,
+    render_gid: int | None,
+    output: Path | None,
+) -> None:
+    """Print (or write to --output) the manifests: a DaemonSet of npuctl serve on the nodes
+    labelled npuctl.io/npu-healthy=true, its Service, and the device plugin if chosen."""
+    choices = Choices(
+        image, namespace, port, device_via=device_via, render_gid=render_gid or _render_gid()
+    )
+    text = render(by_name(family), choices)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_text_atomically(output, text)

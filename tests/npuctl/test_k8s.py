@@ -1,0 +1,78 @@
+"""npuctl k8s render: manifests checked by a real schema validator that works offline
+(kubernetes-validate, which carries the Kubernetes schemas), not by string matching; and
+consistent with what the doctor labels and what the server answers."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from npuctl.doctor.nfd import NAMESPACE
+
+from .conftest import Board
+
+KUBERNETES = "1.31.0"  # a K3s release of 2025; the schemas are the validator's own
+
+
+def rendered(board: Board, *args: str) -> list[dict]:
+    result = board.npuctl("k8s", "render", *args)
+    assert result.returncode == 0, result.stderr
+    return [document for document in yaml.safe_load_all(result.stdout) if document]
+
+
+@pytest.mark.parametrize("device_via", ["cdi", "device-plugin"])
+def test_manifests_validate_against_the_kubernetes_schemas(board: Board, device_via: str):
+    validate = pytest.importorskip(
+        "kubernetes_validate", reason="kubernetes-validate is a dev dependency: make deps"
+    )
+    documents = rendered(board, "--device-via", device_via, "--image", "registry.local/npuctl:1")
+    kinds = [document["kind"] for document in documents]
+    expected = ["DaemonSet", "Service"] + (["DaemonSet"] if device_via == "device-plugin" else [])
+    assert kinds == expected
+    for document in documents:
+        validate.validate(document, KUBERNETES, strict=True)
+
+
+def test_the_daemonset_runs_serve_where_the_doctor_says_healthy(board: Board):
+    serve, service = rendered(board)
+    pod = serve["spec"]["template"]
+    assert pod["spec"]["nodeSelector"] == {
+        f"{NAMESPACE}/npu-family": "zhouyi",
+        f"{NAMESPACE}/npu-healthy": "true",
+    }
+    container = pod["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
+    assert pod["metadata"]["annotations"]["cdi.k8s.io/npuctl"] == "armchina.com/npu=0"
+    assert container["args"][:2] == ["serve", "--host"]
+    assert service["spec"]["selector"] == serve["spec"]["selector"]["matchLabels"]
+
+
+def test_the_device_plugin_shares_one_npu_per_node(board: Board):
+    serve, _, plugin = rendered(board, "--device-via", "device-plugin")
+    limits = serve["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["squat.ai/zhouyi-npu"] == 1
+    args = plugin["spec"]["template"]["spec"]["containers"][0]["args"]
+    device = yaml.safe_load(args[1])
+    assert device == {
+        "name": "zhouyi-npu",
+        "groups": [{"paths": [{"path": "/dev/aipu"}], "count": 1}],
+    }
+
+
+def test_the_validator_refuses_a_broken_manifest(board: Board):
+    validate = pytest.importorskip(
+        "kubernetes_validate", reason="kubernetes-validate is a dev dependency: make deps"
+    )
+    serve = rendered(board)[0]
+    serve["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(validate.ValidationError):
+        validate.validate(serve, KUBERNETES, strict=True)
+
+
+def test_output_file_holds_what_the_command_prints(board: Board, tmp_path):
+    target = tmp_path / "serve.yaml"
+    result = board.npuctl("k8s", "render", "--output", str(target))
+    assert result.returncode == 0
+    assert list(yaml.safe_load_all(target.read_text())) == rendered(board)
