@@ -100,7 +100,7 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml pyproject.t
 	rm -rf $(OLDEST_VENV)
 	$(OLDEST_PYTHON) -m venv --system-site-packages $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check \
-		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client -e . -e './npuctl[rocket,onnx]'
+		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e . -e './npuctl[rocket,onnx]'
 	touch $@
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
