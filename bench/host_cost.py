@@ -24,10 +24,10 @@ import numpy as np
 from PIL import Image
 
 from bench.report import print_rows
+from npuctl.embeddings import normalise
 from npuctl.platforms.zhouyi.noe.binding import NoeLibrary, Session, dequantize
 from npuctl.platforms.zhouyi.pipelines import clip_image, yolo
 from npuctl.platforms.zhouyi.pipelines.clip_tokenizer import ClipTokenizer
-from npuctl.platforms.zhouyi.pipelines.embeddings import normalise
 from tests.npuctl.reference_nms import straightforward_nms
 from tests.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5, Wheel
 

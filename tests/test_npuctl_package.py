@@ -19,6 +19,20 @@ def npuctl_deb(config, tmp_path_factory):
     return next(path for path in artifacts if path.suffix == ".deb")
 
 
+def packaged_npuctl(tree, *args: str):
+    """The npuctl the package installs (extracted into ``tree``), on the system's Python."""
+    return run(
+        "/usr/bin/python3",
+        tree / "usr" / "bin" / "npuctl",
+        *args,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(tree / "usr/lib/python3/dist-packages"),
+            "HOME": str(tree),
+        },
+    )
+
+
 def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
     depends = _field(npuctl_deb, "Depends")
     for package in (
@@ -39,18 +53,7 @@ def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):
     assert "/usr/share/man/man1/npuctl.1.gz" in paths
     for platform in ("zhouyi", "rocket"):
         assert any(p.endswith(f"/npuctl/platforms/{platform}/models.yaml") for p in paths)
-    result = run(
-        "/usr/bin/python3",
-        tmp_path / "usr" / "bin" / "npuctl",
-        "models",
-        "list",
-        "--json",
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(tmp_path / "usr/lib/python3/dist-packages"),
-            "HOME": str(tmp_path),
-        },
-    )
+    result = packaged_npuctl(tmp_path, "models", "list", "--json")
     assert result.returncode == 0, result.stderr
     assert "clip-text" in result.stdout and "mobilenet" in result.stdout
 
@@ -101,15 +104,5 @@ def test_the_serve_unit_is_shipped_hardened_and_not_enabled(npuctl_deb, tmp_path
     postinst = (control / "postinst").read_text()
     assert "npuctl-serve.service" in postinst
     assert "deb-systemd-invoke start" not in postinst  # installed, neither enabled nor started
-    result = run(
-        "/usr/bin/python3",
-        tmp_path / "usr" / "bin" / "npuctl",
-        "serve",
-        "--help",
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(tmp_path / "usr/lib/python3/dist-packages"),
-            "HOME": str(tmp_path),
-        },
-    )
+    result = packaged_npuctl(tmp_path, "serve", "--help")
     assert result.returncode == 0 and "/v1/embeddings" in result.stdout, result.stderr

@@ -7,7 +7,6 @@ import http.client
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,17 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY = re.compile(r"ready: (http://[^ ]+)")
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float = 30) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(str(self.socket_path))
 
 
 @dataclass

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from npuctl.files import normal_mode
+
 from .board_image import BoardImage
 from .conftest import Board
 from .rocket_board import RocketBoard
@@ -39,7 +41,7 @@ def test_generate_describes_the_zhouyi_npu(board: Board, zhouyi_root: Path, tmp_
     result = cdi(board, zhouyi_root, "generate", "--spec-dir", str(specs))
     assert result.returncode == 0, result.stderr
     path = specs / "armchina.com.yaml"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~_umask()
+    assert stat.S_IMODE(path.stat().st_mode) == normal_mode()
     document = yaml.safe_load(path.read_text())
     assert document["cdiVersion"] == "0.5.0"
     assert document["kind"] == "armchina.com/npu"
@@ -186,9 +188,3 @@ def test_a_podman_container_gets_the_npu(board: Board, zhouyi_root: Path, tmp_pa
     finally:
         spec.unlink(missing_ok=True)
         subprocess.run([podman, "rmi", "-f", image], capture_output=True)
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current

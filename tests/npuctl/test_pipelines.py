@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from npuctl.embeddings import normalise, similarity
 from npuctl.platforms.zhouyi.noe import abi
 from npuctl.platforms.zhouyi.noe.binding import TensorInfo, quantize
 from npuctl.platforms.zhouyi.pipelines import clip_image, yolo
-from npuctl.platforms.zhouyi.pipelines.embeddings import normalise, similarity
 
 from .reference_nms import straightforward_nms
 

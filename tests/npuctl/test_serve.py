@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from npuctl.unix_http import UnixHTTPConnection
+
 from .conftest import Board
-from .serve_process import Server, UnixConnection, start
+from .serve_process import Server, start
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def test_same_vector_as_npuctl_run_over_tcp_and_unix_socket(
     over_tcp = vector(server.embed(document).json()["data"][0])
     assert server.socket_path is not None
     over_unix = vector(
-        server.embed(document, connection=UnixConnection(server.socket_path)).json()["data"][0]
+        server.embed(document, connection=UnixHTTPConnection(server.socket_path)).json()["data"][0]
     )
     run = clip_board.npuctl_json("run", "clip-text", "a photo of a bus")
     expected = np.array(run["embeddings"][0]["embedding"], dtype=np.float32)

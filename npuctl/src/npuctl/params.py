@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .errors import InputError
@@ -30,3 +32,15 @@ class Utf8Text(click.ParamType):
 
 
 UTF8_TEXT = Utf8Text()
+
+
+# Every command that reads the system can be pointed at an image of one instead (the tests'
+# board images); hidden, because users have no need of it.
+root_option = click.option(
+    "--root",
+    type=click.Path(path_type=Path),
+    default=Path("/"),
+    hidden=True,
+    envvar="NPUCTL_ROOT",
+    help="Inspect a system image under this directory.",
+)

@@ -9,6 +9,7 @@ import click
 from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
 from ..output import emit_json, table
+from ..params import root_option
 from ..platforms import absent_reasons, chosen
 from ..system import System
 from . import spec
@@ -27,11 +28,6 @@ def edits_for(settings: Settings, system: System) -> spec.NpuEdits:
     return getattr(platform.module(module), attribute)(system, settings.options)
 
 
-_root = click.option(
-    "--root", type=click.Path(path_type=Path), default=Path("/"), hidden=True, envvar="NPUCTL_ROOT"
-)
-
-
 @click.group()
 def cdi() -> None:
     """CDI specs: the NPU in containers (podman --device, containerd, CRI-O, Docker)."""
@@ -48,7 +44,7 @@ def cdi() -> None:
     "--force", is_flag=True, help="Replace a spec of the same vendor npuctl did not write."
 )
 @click.option("--stdout", "to_stdout", is_flag=True, help="Print the spec instead of writing it.")
-@_root
+@root_option
 @pass_settings
 def generate(settings: Settings, spec_dir: Path, force: bool, to_stdout: bool, root: Path) -> None:
     """Write SPEC_DIR/<vendor>.yaml for this machine's NPU: devices <vendor>/npu=0 .. and =all."""

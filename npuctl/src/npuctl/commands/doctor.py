@@ -16,6 +16,7 @@ from ..doctor.nfd import problem_detector, write_features
 from ..doctor.run import Options, run_doctor
 from ..errors import ExitCode, InputError
 from ..output import emit_json
+from ..params import root_option
 from ..platforms import by_name
 from ..system import Identity, System
 
@@ -50,14 +51,7 @@ from ..system import Identity, System
     is_flag=True,
     help="node-problem-detector plugin: one line, exit 0 ok, 1 problem, 2 unknown.",
 )
-@click.option(
-    "--root",
-    type=click.Path(path_type=Path),
-    default=Path("/"),
-    hidden=True,
-    envvar="NPUCTL_ROOT",
-    help="Inspect a system image under this directory.",
-)
+@root_option
 @pass_settings
 def doctor(
     settings: Settings,

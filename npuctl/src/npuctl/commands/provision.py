@@ -11,6 +11,7 @@ import click
 from ..cli import Settings, pass_settings
 from ..models.download import fetch
 from ..models.store import SYSTEM_DIR, Lock
+from ..params import root_option
 from ..platforms import all_platforms, by_name, detect
 from ..provision.actions import ProvisionError, Request, nfd_action
 from ..system import System
@@ -47,9 +48,7 @@ def with_provision_options(command: click.Command) -> click.Command:
     "--user", default=None, help="User to add to the device group [default: the user who ran sudo]."
 )
 @click.option("--group", default="render", show_default=True)
-@click.option(
-    "--root", type=click.Path(path_type=Path), default=Path("/"), hidden=True, envvar="NPUCTL_ROOT"
-)
+@root_option
 @with_provision_options
 @pass_settings
 def provision(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..embeddings import normalise
 from . import api
 from .embedder import Embedder, NpuFailure
 from .metrics import CONTENT_TYPE, Metrics
@@ -193,7 +194,7 @@ class Service:
         encode = api.encoder(request.encoding)
         tokens = sum(item.tokens for item in request.inputs)
         answer = api.reply(
-            [encode(_unit(vector)) for vector in vectors], self.model_names[0], tokens
+            [encode(normalise(vector)) for vector in vectors], self.model_names[0], tokens
         )
         self.metrics.stage("serialize", time.perf_counter() - encoded)
         for item in request.inputs:
@@ -223,12 +224,6 @@ class Service:
 def _cancel(works: list[Work]) -> None:
     for work in works:
         work.cancelled = True
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float32).reshape(-1)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -282,8 +277,9 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         service = self.service
         path = self.path.partition("?")[0]
-        endpoint = path if path in ENDPOINTS or path.startswith("/v1/models/") else "other"
-        endpoint = "/v1/models" if endpoint.startswith("/v1/models/") else endpoint
+        # A bounded label set: every model id counts as /v1/models, anything else as other.
+        endpoint = "/v1/models" if path.startswith("/v1/models/") else path
+        endpoint = endpoint if endpoint in ENDPOINTS else "other"
         service.begin()
         started = time.perf_counter()
         try:

@@ -12,17 +12,22 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
+from ..params import root_option
 from .detector import Detector, Verdict
 from .detector import Settings as DetectorSettings
 from .embedding import Embedding, LocalEmbedding, ServerEmbedding, serving
 from .sensors import Sample, Sensors
 from .store import Store
 from .text import Renderer
+
+if TYPE_CHECKING:  # qdrant-client is optional: imported only with --qdrant
+    from .qdrant import QdrantSink
 
 log = logging.getLogger("npuctl.watch")
 
@@ -90,8 +95,7 @@ def choose_embedding(settings: Settings, server: str | None) -> Embedding:
 @click.option("--qdrant-collection", default="npuctl-watch", show_default=True)
 @click.option("--webhook", default=None, help="POST each anomaly as JSON to URL.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per sample on stdout.")
-@click.option("--root", type=click.Path(path_type=Path), default=Path("/"), hidden=True,
-              envvar="NPUCTL_ROOT")  # fmt: skip
+@root_option
 @pass_settings
 def watch(
     settings: Settings,
@@ -134,7 +138,7 @@ def watch(
     if qdrant:
         from .qdrant import QdrantSink
 
-        sink = QdrantSink(qdrant, qdrant_collection, 0)
+        sink = QdrantSink(qdrant, qdrant_collection)
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())
@@ -165,7 +169,7 @@ def _one(
     embedding: Embedding,
     detector: Detector,
     store: Store,
-    sink: object,
+    sink: QdrantSink | None,
     webhook: str | None,
     as_json: bool,
 ) -> None:
@@ -199,10 +203,6 @@ def _one(
         verdict.reason,
     )
     if sink is not None:
-        from .qdrant import QdrantSink
-
-        assert isinstance(sink, QdrantSink)
-        sink.dimensions = len(vector)
         store.mark_delivered(sink.deliver(store.undelivered()))
     else:
         store.deliver_nowhere()

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..embeddings import normalise
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -70,7 +72,7 @@ class Detector:
         return self._baseline is None
 
     def observe(self, vector: np.ndarray) -> Verdict:
-        unit = _unit(vector)
+        unit = normalise(vector)
         if self._baseline is None:
             self._collect(unit)
             return Verdict(0.0, 0.0, self.threshold, self.ewma_limit, False, "warming up")
@@ -141,9 +143,3 @@ class Detector:
         distances = 1.0 - self._baseline @ unit
         k = self.settings.k
         return float(np.partition(distances, k - 1)[k - 1])
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float32).reshape(-1)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..errors import ExitCode, NpuctlError, NpuError
+from ..unix_http import UnixHTTPConnection
 
 if TYPE_CHECKING:
     from ..cli import Settings
@@ -27,22 +27,11 @@ class Embedding(Protocol):
     def close(self) -> None: ...
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(str(self.path))
-
-
 class ServerEmbedding:
     def __init__(self, address: str, timeout: float = 60) -> None:
         self.where = address
         if address.startswith("unix:"):
-            self._connect = lambda: _UnixConnection(Path(address[5:]), timeout)
+            self._connect = lambda: UnixHTTPConnection(Path(address[5:]), timeout)
         else:
             parts = urlsplit(address)
             if parts.scheme != "http" or not parts.hostname:

@@ -18,7 +18,7 @@ _NAMESPACE = uuid.UUID("6f0c3a3e-2f1d-4e4b-9a55-7d3f6f2f8a10")
 
 
 class QdrantSink:
-    def __init__(self, url: str, collection: str, dimensions: int) -> None:
+    def __init__(self, url: str, collection: str) -> None:
         try:
             from qdrant_client import QdrantClient
         except ImportError:
@@ -28,7 +28,6 @@ class QdrantSink:
             ) from None
         self.url = url
         self.collection = collection
-        self.dimensions = dimensions
         if url == ":memory:":
             self.client: Any = QdrantClient(location=":memory:")
         elif url.startswith("file://"):
@@ -43,7 +42,7 @@ class QdrantSink:
         if not samples:
             return []
         try:
-            self._ensure_collection()
+            self._ensure_collection(len(samples[0].vector))
             self.client.upsert(self.collection, points=[_point(sample) for sample in samples])
         except NpuctlError:
             raise
@@ -57,7 +56,7 @@ class QdrantSink:
         self._failing = False
         return [sample.id for sample in samples]
 
-    def _ensure_collection(self) -> None:
+    def _ensure_collection(self, dimensions: int) -> None:
         if self._ready:
             return
         from qdrant_client.models import Distance, VectorParams
@@ -65,15 +64,15 @@ class QdrantSink:
         if not self.client.collection_exists(self.collection):
             self.client.create_collection(
                 self.collection,
-                vectors_config=VectorParams(size=self.dimensions, distance=Distance.COSINE),
+                vectors_config=VectorParams(size=dimensions, distance=Distance.COSINE),
             )
         else:
             vectors = self.client.get_collection(self.collection).config.params.vectors
             size = getattr(vectors, "size", None)
-            if size is not None and size != self.dimensions:
+            if size is not None and size != dimensions:
                 raise NpuctlError(
                     f"the Qdrant collection {self.collection} holds {size}-d vectors, these "
-                    f"are {self.dimensions}-d: choose another --qdrant-collection",
+                    f"are {dimensions}-d: choose another --qdrant-collection",
                     ExitCode.USAGE,
                 )
         self._ready = True

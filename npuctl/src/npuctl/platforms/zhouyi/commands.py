@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from npuctl.cli import Settings, pass_settings
+from npuctl.embeddings import normalise, similarity
 from npuctl.errors import InputError
 from npuctl.files import check_writable_file, write_atomically
 from npuctl.images import open_rgb
@@ -18,7 +19,6 @@ from npuctl.params import UTF8_TEXT
 from .noe.binding import TensorInfo, quantize
 from .pipelines import clip_image, yolo
 from .pipelines.clip_tokenizer import CONTEXT_LENGTH, ClipTokenizer, padded
-from .pipelines.embeddings import normalise, similarity
 from .pipelines.text_fixes import CLEANING
 from .runtime import Model, npu
 

@@ -82,10 +82,11 @@ def clip_sanity(library: str, text_model: str, visual_model: str, vocab: str) ->
     """Text-image agreement on a picture drawn here: a red disc on white."""
     from PIL import Image, ImageDraw
 
+    from npuctl.embeddings import normalise
+
     from ..noe.binding import NoeLibrary, Session, quantize
     from ..pipelines import clip_image
     from ..pipelines.clip_tokenizer import ClipTokenizer
-    from ..pipelines.embeddings import normalise
     from ..runtime import Model
 
     picture = Image.new("RGB", (320, 320), "white")

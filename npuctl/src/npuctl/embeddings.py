@@ -1,4 +1,4 @@
-"""Embeddings: L2 normalisation and cosine similarity."""
+"""Embeddings of any NPU family: L2 normalisation and cosine similarity."""
 
 from __future__ import annotations
 
