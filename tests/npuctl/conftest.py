@@ -213,3 +213,11 @@ def rocket(tmp_path: Path, teflon_double: Path) -> RocketBoard:
         }
     )
     return RocketBoard(teflon_double, device, models, env)
+
+
+@pytest.fixture
+def clip_board(board: Board, vocab_in: Path) -> Board:
+    """A board with both CLIP models, for npuctl serve."""
+    board.clip_text()
+    board.clip_visual()
+    return board

@@ -23,13 +23,6 @@ from .serve_process import Server, start
 
 
 @pytest.fixture
-def clip_board(board: Board, vocab_in: Path) -> Board:
-    board.clip_text()
-    board.clip_visual()
-    return board
-
-
-@pytest.fixture
 def server(clip_board: Board, tmp_path: Path):
     running = start(clip_board.env, socket_path=tmp_path / "serve.sock")
     yield running
@@ -173,14 +166,102 @@ def test_http_level_mistakes(server: Server) -> None:
     assert server.request("GET", "/v1/models/gpt-4").status == 404
     for request, status in (
         (b"GARBAGE\r\n\r\n", b"400"),
-        (b"POST /v1/embeddings HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"411"),
+        (b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n\r\n", b"411"),
         (b"POST /v1/embeddings HTTP/1.1\r\nContent-Length: -5\r\n\r\n", b"400"),
         (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
+        (b"GET / HTTP/1.1\r\n" + b"X-Many: %s\r\n" % (b"v" * 4000) * 20, b"431"),
+        (b"DELETE /v1/embeddings HTTP/1.1\r\nHost: x\r\n\r\n", b"405"),
     ):
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
             raw.sendall(request)
             assert raw.recv(100).startswith(b"HTTP/1.1 " + status)
     assert server.request("GET", "/health").status == 200
+
+
+def read_answers(
+    raw: socket.socket, count: int, bodiless: tuple[int, ...] = ()
+) -> list[tuple[bytes, bytes]]:
+    """``count`` whole answers (head, body) from a raw connection; the answers numbered in
+    ``bodiless`` (to HEAD) have a Content-Length but no body."""
+    answers, pending = [], b""
+    while len(answers) < count:
+        while b"\r\n\r\n" not in pending:
+            chunk = raw.recv(65536)
+            assert chunk, f"the server closed after {len(answers)} answers"
+            pending += chunk
+        head, _, pending = pending.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        if len(answers) in bodiless:
+            answers.append((head, b""))
+            continue
+        while len(pending) < length:
+            chunk = raw.recv(65536)
+            assert chunk, "the server closed in the middle of an answer"
+            pending += chunk
+        answers.append((head, pending[:length]))
+        pending = pending[length:]
+    return answers
+
+
+def test_what_http_clients_do(server: Server) -> None:
+    """Chunked bodies, Expect: 100-continue (curl, for bodies over 1 KiB), pipelining,
+    HTTP/1.0 and HEAD, over a raw socket."""
+    document = json.dumps({"input": "chunked", "encoding_format": "float"}).encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (document[:9], document[9:]))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + chunked
+            + b"0\r\n\r\n"
+        )
+        ((head, body),) = read_answers(raw, 1)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert len(json.loads(body)["data"][0]["embedding"]) == 512
+
+        raw.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(document)
+        )
+        assert raw.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        raw.sendall(document)
+        ((head, _),) = read_answers(raw, 1)
+        assert head.startswith(b"HTTP/1.1 200")
+
+        get = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+        post = b"POST /v1/embeddings HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(document),
+            document,
+        )
+        raw.sendall(get + post + b"HEAD /health HTTP/1.1\r\n\r\n" + get)
+        models, embedded, health, last = read_answers(raw, 4, bodiless=(2,))
+        assert json.loads(models[1])["object"] == "list"
+        assert json.loads(embedded[1])["data"][0]["object"] == "embedding"
+        # HEAD: the length of the body GET would have, and no body: the next answer follows
+        assert health[0].startswith(b"HTTP/1.1 200") and b"Content-Length: 15" in health[0]
+        assert json.loads(last[1])["object"] == "list"
+
+    # A body too large is refused before the client sends it.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nExpect: 100-continue\r\n"
+            b"Content-Length: 50000000\r\n\r\n"
+        )
+        ((head, body),) = read_answers(raw, 1)
+        assert head.startswith(b"HTTP/1.1 413")
+        assert b"connection: close" in head.lower()
+        assert json.loads(body)["error"]["code"] == "request_too_large"
+
+    # HTTP/1.0 closes after the answer unless the client asks to keep the connection.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        ((head, _),) = read_answers(raw, 1)
+        assert b"connection: close" in head.lower()
+        assert raw.recv(100) == b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" * 2)
+        first, second = read_answers(raw, 2)
+        assert b"connection: keep-alive" in first[0].lower()
+        assert second[0].startswith(b"HTTP/1.1 200")
 
 
 def test_health_ready_and_metrics(server: Server) -> None:

@@ -1,6 +1,7 @@
-"""The HTTP side of npuctl serve: Python's own threaded HTTP/1.1 server (keep-alive, Nagle
-off), on TCP and on a unix socket, with every resource a client controls bounded: connections,
-body size, inputs per request, time to send a request (slowloris), time in the queue."""
+"""The HTTP side of npuctl serve: a thread per connection (keep-alive, Nagle off), on TCP and
+on a unix socket, the wire format in .wire, and every resource a client controls bounded:
+connections, body size, inputs per request, time to send a request (slowloris), time in the
+queue."""
 
 from __future__ import annotations
 
@@ -15,14 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import numpy as np
 
 from ..embeddings import normalise
-from . import api
+from . import api, wire
 from .embedder import Embedder, NpuFailure
 from .metrics import CONTENT_TYPE, Metrics
 from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, cosine
@@ -33,8 +32,6 @@ ENDPOINTS = ("/v1/embeddings", "/v1/models", "/health", "/ready", "/metrics")
 JSON = "application/json"
 # How often a waiting request looks whether its client is still there.
 _PEER_CHECK_SECONDS = 0.2
-# An oversized body up to this size is read and dropped before the 413; a larger one is not.
-_DISCARD_MAX = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -226,76 +223,66 @@ def _cancel(works: list[Work]) -> None:
         work.cancelled = True
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Errors before the request line is understood still get a status line and headers.
-    default_request_version = "HTTP/1.1"
+class Handler(socketserver.BaseRequestHandler):
+    """One connection: requests read in order, each answered before the next is read."""
+
     server: Listener  # type: ignore[assignment]
+    request: socket.socket
 
-    @property
-    def service(self) -> Service:
-        return self.server.service
-
-    def setup(self) -> None:
-        self.timeout = self.server.service.limits.read_timeout
-        super().setup()
-        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
+    def handle(self) -> None:
+        connection = self.request
+        service = self.server.service
+        connection.settimeout(service.limits.read_timeout)
+        if connection.family in (socket.AF_INET, socket.AF_INET6):
             # Without it a keep-alive reply waits for the client's delayed ACK: ~40 ms.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def handle_one_request(self) -> None:
-        self.service.reading(self.connection)
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = wire.RequestReader(service.limits.max_body)
+        service.reading(connection)
         try:
-            super().handle_one_request()
+            while data := connection.recv(65536):
+                try:
+                    reader.feed(data)
+                except wire.WireError as error:
+                    service.metrics.errors.labels(error.kind).inc()
+                    body = api.ApiError(error.status, str(error), error.code).body()
+                    connection.sendall(wire.response(error.status, body, JSON, {}, close=True))
+                    return
+                if reader.continue_owed():
+                    connection.sendall(wire.CONTINUE)
+                while reader.complete:
+                    request = reader.complete.popleft()
+                    if not reader.complete and not reader.busy:
+                        service.done_reading(connection)
+                    if not self._answer(request) or reader.upgrade:
+                        return
+                    service.reading(connection)
+        except OSError:  # a timeout, a reset, or the slow-client reaper's shutdown
+            return
         finally:
-            self.service.done_reading(self.connection)
+            reader.close()
+            service.done_reading(connection)
 
-    def version_string(self) -> str:
-        return "npuctl-serve"
-
-    def address_string(self) -> str:
-        return self.client_address[0] if isinstance(self.client_address, tuple) else "unix"
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_HEAD(self) -> None:
-        self._dispatch("HEAD")
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Protocol errors (a bad request line, headers too long ...) in OpenAI's shape."""
-        self.close_connection = True
-        error = api.ApiError(code, message or HTTPStatus(code).phrase, "http_error")
-        self._send(code, error.body(), JSON, {})
-
-    def _dispatch(self, method: str) -> None:
-        service = self.service
-        path = self.path.partition("?")[0]
+    def _answer(self, request: wire.Request) -> bool:
+        """Answer one request; whether the connection stays open."""
+        service = self.server.service
+        method, path = request.method, request.path
         # A bounded label set: every model id counts as /v1/models, anything else as other.
         endpoint = "/v1/models" if path.startswith("/v1/models/") else path
         endpoint = endpoint if endpoint in ENDPOINTS else "other"
+        close = not request.keep_alive
         service.begin()
         started = time.perf_counter()
         try:
-            status, body, content_type, headers = self._route(method, path)
+            status, body, content_type, headers = self._route(request)
         except ClientGone:
             service.metrics.errors.labels("cancelled").inc()
-            self.close_connection = True
             service.end()
-            return
+            return False
         except api.ApiError as error:
             status, body, content_type, headers = error.status, error.body(), JSON, error.headers
             service.metrics.errors.labels(error.kind).inc()
-            if status == 411:
-                self.close_connection = True  # the body was not read
         except Exception:  # a bug must cost one request, not the server
-            log.exception("internal error answering %s %s", method, path)
+            log.exception("internal error answering %s %s", method, path[:200])
             status, body, content_type, headers = (
                 500,
                 api.ApiError(500, "internal error (see the service log)", "internal").body(),
@@ -303,43 +290,40 @@ class Handler(BaseHTTPRequestHandler):
                 {},
             )
             service.metrics.errors.labels("internal").inc()
-        if service.draining.is_set():
-            self.close_connection = True
+        close = close or service.draining.is_set()
         try:
-            self._send(status, b"" if method == "HEAD" else body, content_type, headers)
-        finally:
-            service.metrics.requests.labels(endpoint, str(status)).inc()
-            service.metrics.request_seconds.observe(time.perf_counter() - started)
-            service.end()
-
-    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str]) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-            self.wfile.flush()
+            self.request.sendall(
+                wire.response(
+                    status,
+                    body,
+                    content_type,
+                    headers,
+                    close,
+                    keep_alive_header=request.version == "1.0",
+                    head_only=method == "HEAD",
+                )
+            )
         except OSError:  # the client went away; nothing to answer
-            self.close_connection = True
+            close = True
+        finally:
+            service.metrics.answered(endpoint, status, time.perf_counter() - started)
+            service.end()
+        return not close
 
-    def _route(self, method: str, path: str) -> tuple[int, bytes, str, dict[str, str]]:
-        service = self.service
+    def _route(self, request: wire.Request) -> tuple[int, bytes, str, dict[str, str]]:
+        service = self.server.service
+        method, path = request.method, request.path
+        if method not in ("GET", "HEAD", "POST"):
+            raise api.ApiError(405, f"{method} is not served here", "method_not_allowed")
         if path == "/v1/embeddings":
             if method != "POST":
                 raise api.ApiError(405, "use POST /v1/embeddings", "method_not_allowed")
-            body = self._body()
+            body = _body(request)
             if service.draining.is_set():
                 raise api.ApiError(503, "the server is shutting down", "shutting_down")
             return 200, service.embed(body, self._peer_gone), JSON, {}
         if method == "POST":
-            self._body()
-            raise api.ApiError(405, f"{path} takes GET", "method_not_allowed")
-        self.service.done_reading(self.connection)
+            raise api.ApiError(405, f"{path[:200]} takes GET", "method_not_allowed")
         if path == "/health":
             return 200, b'{"status":"ok"}', JSON, {}
         if path == "/ready":
@@ -353,7 +337,7 @@ class Handler(BaseHTTPRequestHandler):
         raise api.ApiError(404, f"no such endpoint: {path[:200]}", "not_found")
 
     def _models(self, path: str) -> tuple[int, bytes, str, dict[str, str]]:
-        service = self.service
+        service = self.server.service
         models = [
             {"id": name, "object": "model", "created": service.created, "owned_by": "npuctl"}
             for name in service.model_names
@@ -370,58 +354,27 @@ class Handler(BaseHTTPRequestHandler):
             document = found[0]
         return 200, json.dumps(document).encode(), JSON, {}
 
-    def _body(self) -> bytes:
-        limit = self.service.limits.max_body
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raise api.ApiError(
-                411, "send the body with a Content-Length, not chunked", "length_required"
-            )
-        declared = self.headers.get("Content-Length")
-        if declared is None:
-            raise api.ApiError(411, "a Content-Length header is required", "length_required")
-        try:
-            length = int(declared)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.close_connection = True
-            raise api.ApiError(400, "Content-Length is not a number", "invalid_header")
-        if length > limit:
-            self._discard(length)
-            raise api.ApiError(
-                413,
-                f"the body is {length:,} bytes, over this server's limit of {limit:,} "
-                "(split the request, or raise --max-body)",
-                "request_too_large",
-                kind="too_large",
-            )
-        body = self.rfile.read(length)
-        if len(body) < length:
-            raise ClientGone
-        self.service.done_reading(self.connection)
-        return body
-
-    def _discard(self, length: int) -> None:
-        """Read an oversized body away (within the read timeout) so the client, still
-        sending, reads the 413 instead of a reset; beyond _DISCARD_MAX just close."""
-        if length > _DISCARD_MAX:
-            self.close_connection = True
-            return
-        while length > 0:
-            chunk = self.rfile.read(min(length, 1 << 16))
-            if not chunk:
-                raise ClientGone
-            length -= len(chunk)
-
     def _peer_gone(self) -> bool:
         """Whether the client closed its end while its request waited."""
+        connection = self.request
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
+            readable, _, _ = select.select([connection], [], [], 0)
             if not readable:
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except (OSError, ValueError):
             return True
+
+
+def _body(request: wire.Request) -> bytes:
+    if request.refused is not None:
+        error = request.refused
+        raise api.ApiError(error.status, str(error), error.code, kind=error.kind)
+    if not request.length_known:
+        raise api.ApiError(
+            411, "a Content-Length header (or a chunked body) is required", "length_required"
+        )
+    return request.body
 
 
 _BUSY = (
@@ -458,16 +411,13 @@ class Listener(socketserver.ThreadingMixIn):
         log.debug("connection from %s ended with an error", client_address, exc_info=True)
 
 
-class TcpListener(Listener, HTTPServer):
+class TcpListener(Listener, socketserver.TCPServer):
+    allow_reuse_address = True
+
     def __init__(self, service: Service, host: str, port: int) -> None:
         self.service = service
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        HTTPServer.__init__(self, (host, port), Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer's own looks up the host's FQDN, which can wait on DNS for seconds.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+        socketserver.TCPServer.__init__(self, (host, port), Handler)
 
 
 class UnixListener(Listener, socketserver.UnixStreamServer):

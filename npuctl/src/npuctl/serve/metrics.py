@@ -3,6 +3,8 @@ counters end in _total, durations are histograms in seconds, no per-request labe
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -75,12 +77,21 @@ class Metrics:
             registry=registry,
         )
         self._stage = {stage: self.stages.labels(stage) for stage in STAGES}
+        self._answered: dict[tuple[str, int], Any] = {}
         self.request_seconds = Histogram(
             "npuctl_serve_request_duration_seconds",
             "Time from a request's complete arrival to its answer.",
             buckets=_BUCKETS,
             registry=registry,
         )
+
+    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+        key = (endpoint, status)
+        counter = self._answered.get(key)
+        if counter is None:  # labels() costs a lock and a validation per call: once is enough
+            counter = self._answered[key] = self.requests.labels(endpoint, str(status))
+        counter.inc()
+        self.request_seconds.observe(seconds)
 
     def stage(self, name: str, seconds: float) -> None:
         self._stage[name].observe(seconds)

@@ -4,6 +4,7 @@ are prepared and vectors encoded by the request threads, so the NPU never waits 
 
 from __future__ import annotations
 
+import _thread
 import math
 import queue
 import threading
@@ -34,28 +35,30 @@ class DeadlineExceeded(NpuFailure):
 
 
 class Work:
-    """One input on its way through the NPU. Lighter than a concurrent.futures.Future: the
-    hand-over between threads is most of the server's own cost per request."""
+    """One input on its way through the NPU. Lighter than a concurrent.futures.Future or a
+    threading.Event: the hand-over between threads is most of the server's own cost."""
 
-    __slots__ = ("cancelled", "deadline", "done", "enqueued", "error", "prepared", "vector")
+    __slots__ = ("_done", "cancelled", "deadline", "enqueued", "error", "prepared", "vector")
 
     def __init__(self, prepared: Prepared, deadline: float) -> None:
         self.prepared = prepared
         self.deadline = deadline
         self.enqueued = time.monotonic()
-        self.done = threading.Event()
+        self._done = _thread.allocate_lock()
+        self._done.acquire()  # released once, by finish()
         self.vector: np.ndarray | None = None
         self.error: BaseException | None = None
         self.cancelled = False  # the client left: skip it
 
     def finish(self, vector: np.ndarray | None, error: BaseException | None = None) -> None:
         self.vector, self.error = vector, error
-        self.done.set()
+        self._done.release()
 
     def result(self, timeout: float) -> np.ndarray | None:
         """The vector; None while not done after ``timeout``; raises the inference's error."""
-        if not self.done.wait(timeout):
+        if not self._done.acquire(timeout=timeout):
             return None
+        self._done.release()  # done stays done for the next caller
         if self.error is not None:
             raise self.error
         return self.vector
@@ -76,6 +79,7 @@ class NpuOwner:
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="npu-owner", daemon=True)
+        metrics.queue_depth.set_function(lambda: self._pending)  # read when scraped
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -130,7 +134,6 @@ class NpuOwner:
             if self._pending + len(items) > self.capacity:
                 raise QueueFull(self.retry_after(len(items)))
             self._pending += len(items)
-            self.metrics.queue_depth.set(self._pending)
         works = [Work(item, deadline) for item in items]
         for work in works:
             self._queue.put(work)
@@ -148,7 +151,6 @@ class NpuOwner:
     def _serve(self, work: Work) -> None:
         with self._lock:
             self._pending -= 1
-            self.metrics.queue_depth.set(self._pending)
         if work.cancelled:
             self.metrics.errors.labels("cancelled").inc()
             return  # the client went away: its input costs no NPU time

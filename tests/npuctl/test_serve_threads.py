@@ -1,0 +1,109 @@
+"""Where npuctl serve's threads run (--cpu), and that a connection's parser goes away with
+the connection."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+
+from npuctl.errors import ExitCode, NpuctlError
+from npuctl.serve import affinity, wire
+
+from .conftest import Board
+from .serve_process import start
+
+
+def fake_cpus(tmp_path: Path, capacities: dict[int, int | None]) -> Path:
+    for cpu, capacity in capacities.items():
+        folder = tmp_path / f"cpu{cpu}"
+        folder.mkdir(parents=True)
+        if capacity is not None:
+            (folder / "cpu_capacity").write_text(f"{capacity}\n")
+    return tmp_path
+
+
+def test_auto_takes_the_fastest_core_and_not_cpu0_among_equals(tmp_path: Path) -> None:
+    # RK3588: four Cortex-A55 (capacity 530) and four Cortex-A76 (1024)
+    big_little = fake_cpus(tmp_path / "rk3588", {n: 530 if n < 4 else 1024 for n in range(8)})
+    assert affinity.choose("auto", set(range(8)), big_little) == 7
+    assert affinity.choose("auto", {0, 1, 2, 5}, big_little) == 5  # what systemd allows
+    same = fake_cpus(tmp_path / "x86", {0: None, 1: None})  # no cpu_capacity: all equal
+    assert affinity.choose("auto", {0, 1}, same) == 1
+    assert affinity.choose("auto", {3}, same) is None  # nothing to choose
+    assert affinity.choose("all", {0, 1}, same) is None
+    assert affinity.choose("0", {0, 1}, same) == 0
+
+
+@pytest.mark.parametrize("setting", ["9", "fast", "-1"])
+def test_a_cpu_the_process_may_not_use_is_refused(setting: str) -> None:
+    with pytest.raises(NpuctlError) as refused:
+        affinity.choose(setting, {0, 1, 2, 3, 6}, Path("/nonexistent"))
+    assert refused.value.code == ExitCode.USAGE
+    assert "0-3,6" in str(refused.value)
+
+
+def cpus_of_threads(pid: int) -> dict[int, str]:
+    allowed = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+        allowed[int(task.name)] = line.split()[1]
+    return allowed
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to choose from")
+def test_the_server_threads_share_one_cpu_unless_told_otherwise(clip_board: Board) -> None:
+    wanted = max(os.sched_getaffinity(0))
+    server = start(clip_board.env, "--cpu", str(wanted))
+    try:
+        assert server.embed({"input": "on one core"}).status == 200
+        connection = server.connection()
+        assert server.request("GET", "/health", connection=connection).status == 200
+        threads = cpus_of_threads(server.process.pid)
+        # main, listener, reaper, NPU owner, two connections; a BLAS pool started at import
+        # (before the choice) may keep the whole set
+        assert list(threads.values()).count(str(wanted)) >= 5, threads
+        assert threads[server.process.pid] == str(wanted)
+        assert f"threads on CPU {wanted}" in server.stderr
+        connection.close()
+    finally:
+        assert server.stop() == 0
+    spread = start(clip_board.env, "--cpu", "all")
+    try:
+        assert spread.embed({"input": "anywhere"}).status == 200
+        assert str(wanted) not in cpus_of_threads(spread.process.pid).values()
+    finally:
+        assert spread.stop() == 0
+
+
+def test_an_unusable_cpu_is_one_line_and_exit_2(clip_board: Board) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "npuctl", "serve", "--port", "0", "--cpu", "4096"],
+        capture_output=True,
+        text=True,
+        env=clip_board.env,
+        timeout=120,
+    )
+    assert done.returncode == ExitCode.USAGE
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "--cpu 4096: not a CPU this process may use" in done.stderr
+
+
+def test_a_closed_connection_frees_its_parser_at_once() -> None:
+    gc.disable()
+    try:
+        reader = wire.RequestReader(1024)
+        reader.feed(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert reader.complete.popleft().path == "/health"
+        gone = weakref.ref(reader)
+        reader.close()
+        del reader
+        assert gone() is None
+    finally:
+        gc.enable()
