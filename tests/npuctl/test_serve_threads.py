@@ -48,6 +48,19 @@ def test_a_cpu_the_process_may_not_use_is_refused(setting: str) -> None:
     assert "0-3,6" in str(refused.value)
 
 
+def test_a_refused_pin_leaves_the_threads_where_they_are(monkeypatch) -> None:
+    """The packaged unit lets sched_setaffinity through its seccomp filter with EPERM for
+    anything refused; should that ever change, serve goes on unpinned and says so."""
+
+    def refused(pid: int, cpus: set[int]) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "sched_setaffinity", refused)
+    placement = affinity.pin("1")
+    assert placement.startswith("threads on CPUs 0-1 (keeping them on CPU 1 failed:")
+
+
 def cpus_of_threads(pid: int) -> dict[int, str]:
     allowed = {}
     for task in Path(f"/proc/{pid}/task").iterdir():

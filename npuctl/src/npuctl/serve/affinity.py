@@ -47,7 +47,10 @@ def pin(setting: str) -> str:
     cpu = choose(setting, allowed)
     if cpu is None:
         return f"threads on CPUs {_ranges(allowed)}"
-    os.sched_setaffinity(0, {cpu})  # this thread only; threads started later inherit it
+    try:
+        os.sched_setaffinity(0, {cpu})  # this thread only; threads started later inherit it
+    except OSError as error:  # a seccomp filter or a cpuset changed under us: serve anyway
+        return f"threads on CPUs {_ranges(allowed)} (keeping them on CPU {cpu} failed: {error})"
     return f"threads on CPU {cpu}; --cpu all spreads them"
 
 
