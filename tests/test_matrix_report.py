@@ -111,3 +111,33 @@ def test_an_excluded_kernel_is_a_clean_row():
     table = format_table(excluded)
     assert "rocket-dkms" in table and "excl 1s" in table
     assert "notes:" not in table
+
+
+def test_acpi_boots_in_the_oldest_and_the_newest_sure_suite():
+    from kernel_lab.matrix import with_acpi_at_the_ends
+    from kernel_lab.suites import PLANS
+
+    every = [PLANS[name] for name in ("bookworm", "trixie", "trixie-backports", "sid")]
+    every.append(PLANS["experimental"])  # runs only when newer than sid: not a sure end
+    chosen = {plan.suite.name for plan in with_acpi_at_the_ends(every) if plan.acpi}
+    assert chosen == {"bookworm", "sid"}
+    (alone,) = with_acpi_at_the_ends([PLANS["trixie"]])
+    assert alone.acpi
+
+
+def test_warnings_are_read_from_dkms_build_log():
+    from kernel_lab.scenarios import build_diagnostics
+
+    clean = (
+        "DKMS (dkms-3.2.2) make.log for aipu/5.11.0 for kernel 7.3.4+deb13-rt-arm64 (aarch64)\n"
+        "  CC [M]  /var/lib/dkms/aipu/5.11.0/build/armchina-npu/aipu.o\n"
+        "  MODPOST Module.symvers\n  LD [M]  aipu.ko\n"
+    )
+    assert build_diagnostics(clean) == {"warnings": "0"}
+    warned = clean + (
+        "aipu_job.c:42:9: warning: unused variable 'x' [-Wunused-variable]\n"
+        "WARNING: modpost: missing MODULE_DESCRIPTION() in aipu.o\n"
+    )
+    facts = build_diagnostics(warned)
+    assert facts["warnings"] == "2"
+    assert "unused variable" in facts["first_warning"]

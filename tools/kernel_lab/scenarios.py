@@ -108,13 +108,24 @@ def werror_build(chroot: Chroot, kernel: Kernel, patched_tree: Path) -> Step:
         f"make -C /lib/modules/{kernel.release}/build M={inside} ARCH=arm64 "
         f"CROSS_COMPILE=aarch64-linux-gnu- KCFLAGS=-Werror -j$(nproc) modules 2>&1",
     )
-    warnings = [
-        line for line in step.output.splitlines() if re.search(r"\bwarning\b|^WARNING:", line)
-    ]
-    errors = [line for line in step.output.splitlines() if re.search(r"\berror\b", line)]
-    step.facts["warnings"] = str(len(warnings))
-    if warnings:
-        step.facts["first_warning"] = warnings[0]
-    if errors:
-        step.facts["first_error"] = errors[0]
+    step.facts.update(build_diagnostics(step.output))
     return step
+
+
+def dkms_build_log(chroot: Chroot, module: str, release: str) -> str | None:
+    """The make.log DKMS keeps after a successful build (dkms 3.0 and 3.2 alike), or None."""
+    logs = sorted(chroot.path(f"/var/lib/dkms/{module}").glob(f"*/{release}/*/log/make.log"))
+    return logs[-1].read_text(encoding="utf-8", errors="replace") if logs else None
+
+
+def build_diagnostics(output: str) -> dict[str, str]:
+    """Compiler and modpost warnings and errors in a kbuild log."""
+    lines = output.splitlines()
+    warnings = [line for line in lines if re.search(r"\bwarning\b|^WARNING:", line)]
+    errors = [line for line in lines if re.search(r"\berror\b", line)]
+    facts = {"warnings": str(len(warnings))}
+    if warnings:
+        facts["first_warning"] = warnings[0]
+    if errors:
+        facts["first_error"] = errors[0]
+    return facts
