@@ -311,7 +311,9 @@ class SuiteRun:
             elif acpi_booted:
                 # The firmware parsing is the driver's own code, not the kernel's: the
                 # device-tree boot of each ABI covers the rest.
-                row.cells["acpi"] = Cell("n/a", detail="ACPI is booted once per suite")
+                row.cells["acpi"] = Cell(
+                    "n/a", detail="ACPI is booted on this suite's first kernel"
+                )
             else:
                 acpi_booted.add(key[0])
                 self.cell(row, "acpi", lambda k=kernel: self._boot_acpi(chroot, k, modules))
