@@ -64,7 +64,10 @@ def test_a_refused_pin_leaves_the_threads_where_they_are(monkeypatch) -> None:
 def cpus_of_threads(pid: int) -> dict[int, str]:
     allowed = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        status = (task / "status").read_text()
+        try:
+            status = (task / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a connection's thread that ended meanwhile
         line = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
         allowed[int(task.name)] = line.split()[1]
     return allowed
