@@ -99,6 +99,14 @@ def test_step_succeeds(suite_run, role, column):
     assert cell.status == "ok", f"{column}: {cell.detail} (log: {suite_run.log_path})"
 
 
+def test_warnings_come_from_a_werror_build_then_from_dkms_own_log(suite_run):
+    """The installed kernel gets a real -Werror compile; the next flavour's warnings are
+    read from the make.log DKMS kept, not from a second compile."""
+    assert "KCFLAGS=-Werror" in _cell(suite_run, "installed", "warnings").detail
+    upgrade = _cell(suite_run, "upgrade", "warnings")
+    assert upgrade.detail == "0 compiler and 0 modpost warnings in DKMS's build log"
+
+
 def test_installed_module_carries_the_package_version(suite_run, config):
     detail = _cell(suite_run, "installed", "build").detail
     assert "/updates/dkms/aipu.ko" in detail
