@@ -280,6 +280,14 @@ def test_health_ready_and_metrics(server: Server) -> None:
     assert 'npuctl_serve_job_reuse{model="text"} 1.0' in text
 
 
+def test_metrics_count_each_answer_before_the_client_reads_it(server: Server) -> None:
+    """A client that reads /metrics right after its answer finds its request counted."""
+    counter = 'npuctl_serve_requests_total{code="200",endpoint="/v1/embeddings"}'
+    for number in range(1, 41):
+        assert server.embed({"input": f"request {number}"}).status == 200
+        assert server.metric(counter) == number
+
+
 # -- limits --------------------------------------------------------------------------------
 def test_slowloris_is_cut_off_and_others_are_served(clip_board: Board) -> None:
     server = start(clip_board.env, "--read-timeout", "1")

@@ -291,6 +291,9 @@ class Handler(socketserver.BaseRequestHandler):
             )
             service.metrics.errors.labels("internal").inc()
         close = close or service.draining.is_set()
+        # Counted before it is sent: a client that reads /metrics right after its answer
+        # must find its request there.
+        service.metrics.answered(endpoint, status, time.perf_counter() - started)
         try:
             self.request.sendall(
                 wire.response(
@@ -306,7 +309,6 @@ class Handler(socketserver.BaseRequestHandler):
         except OSError:  # the client went away; nothing to answer
             close = True
         finally:
-            service.metrics.answered(endpoint, status, time.perf_counter() - started)
             service.end()
         return not close
 
