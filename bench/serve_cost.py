@@ -14,7 +14,6 @@ import base64
 import http.client
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -135,11 +134,11 @@ def on_the_servers_core(server: Server, texts: list[str]) -> list[float]:
     when no request has to wake another core (on a virtual machine each wake-up is an
     exit to the host). Printed beside the rows, to tell the server's cost from the
     machine's; empty when the server's threads are not on one core."""
-    found = re.search(r"threads on CPU (\d+);", server.stderr)
-    if not found:
+    servers_cpus = os.sched_getaffinity(server.process.pid)  # its main thread, pinned first
+    if len(servers_cpus) != 1:
         return []
     allowed = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(found.group(1))})
+    os.sched_setaffinity(0, servers_cpus)
     try:
         return serial_latencies(server.port, texts, "base64", keep_alive=True)
     finally:
