@@ -188,6 +188,11 @@ class Client:
 BLOCK = 30  # texts per turn: the direct call, then each client, on the same texts
 
 
+def turns(count: int) -> list[range]:
+    """The indices of ``count`` texts, BLOCK at a time."""
+    return [range(first, min(first + BLOCK, count)) for first in range(0, count, BLOCK)]
+
+
 @dataclass
 class Overheads:
     """One attempt: per text, the direct call and each client's latency, in seconds."""
@@ -200,10 +205,11 @@ class Overheads:
         return percentiles(latencies - self.direct)
 
     def describe(self) -> str:
-        return ", ".join(
-            f"{encoding} p50 {p50:.3f} ms p99 {p99:.3f} ms"
-            for encoding, (p50, p99) in ((e, self.over(self.ours[e])) for e in ENCODINGS)
-        )
+        parts = []
+        for encoding in ENCODINGS:
+            p50, p99 = self.over(self.ours[encoding])
+            parts.append(f"{encoding} p50 {p50:.3f} ms p99 {p99:.3f} ms")
+        return ", ".join(parts)
 
 
 def bench_overhead(board: Board) -> list[dict]:
@@ -237,8 +243,7 @@ def bench_overhead(board: Board) -> list[dict]:
                     {encoding: np.zeros(len(measured)) for encoding in ENCODINGS},
                     np.zeros(len(measured)),
                 )
-                for turn, first in enumerate(range(0, len(measured), BLOCK)):
-                    block = range(first, min(first + BLOCK, len(measured)))
+                for turn, block in enumerate(turns(len(measured))):
                     with client:
                         for index in block:
                             found.direct[index] = call.latency(measured[index])
@@ -280,8 +285,7 @@ def bench_overhead(board: Board) -> list[dict]:
             for text in warm:
                 call.latency(text)
                 per_request.latency(text, "float")
-            for first in range(0, len(reference), BLOCK):
-                block = range(first, min(first + BLOCK, len(reference)))
+            for block in turns(len(reference)):
                 alone = [call.latency(measured[index]) for index in block]
                 for index, took in zip(block, alone, strict=True):
                     reference[index] = per_request.latency(measured[index], "float") - took

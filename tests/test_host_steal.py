@@ -1,5 +1,6 @@
-"""The server benches' guard against a busy host: steal read from /proc/stat, a disturbed
-attempt repeated, the least disturbed one kept, and every attempt printed."""
+"""The benches' guard against a busy host, for rows with a target in milliseconds: steal
+read from /proc/stat, a disturbed attempt repeated, the least disturbed one kept, and every
+attempt printed."""
 
 from __future__ import annotations
 
