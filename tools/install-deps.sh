@@ -19,6 +19,7 @@ packages=(
 	qemu-user                                  # Debian's arm64 Teflon under npuctl's probe
 	podman runc busybox-static                 # a real container given the NPU through CDI
 	shellcheck                                 # lint
+	curl valgrind                              # a real client of npuctl serve; instruction counts in make bench
 	gcc                                        # the libnoe test double
 	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio kmod  # kernel boots
 )

@@ -8,6 +8,7 @@ import io
 import json
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -315,18 +316,65 @@ def test_slowloris_is_cut_off_and_others_are_served(clip_board: Board) -> None:
         assert server.stop() == 0
 
 
-def test_connections_over_the_limit_get_503(clip_board: Board) -> None:
+def _busy_error(body: bytes) -> dict:
+    error = json.loads(body)["error"]
+    assert error["code"] == "busy" and error["type"] == "server_error", error
+    return error
+
+
+def test_connections_over_the_limit_get_a_complete_503(clip_board: Board, tmp_path: Path) -> None:
+    """Each client a saturated server turns away reads a whole 503: its declared length, its
+    JSON body and its Retry-After (a short body made curl fail and Python clients raise)."""
     server = start(clip_board.env, "--max-connections", "2")
+    request = {"input": "a photo of a cat", "encoding_format": "float"}
     try:
         held = [server.connection() for _ in range(2)]
         for connection in held:  # admitted: each answers on its own keep-alive connection
             assert server.request("GET", "/health", connection=connection).status == 200
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as third:
-            answer = third.recv(1000)
-        assert answer.startswith(b"HTTP/1.1 503")
-        assert b'"code":"busy"' in answer
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            received = b""
+            while chunk := raw.recv(65536):
+                received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503")
+        declared = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        assert declared == len(body)
+        assert b"\r\nretry-after: 1" in head.lower()
+        _busy_error(body)
+
+        plain = server.connection()
+        plain.request("POST", "/v1/embeddings", json.dumps(request).encode())
+        response = plain.getresponse()
+        assert response.status == 503 and response.getheader("Retry-After") == "1"
+        _busy_error(response.read())  # IncompleteRead before the fix
+        plain.close()
+
+        headers, body_file = tmp_path / "headers", tmp_path / "body"
+        curl = subprocess.run(
+            ["curl", "--silent", "--show-error", "--dump-header", headers, "--output",
+             body_file, "--write-out", "%{http_code}", "--json", json.dumps(request),
+             f"{server.url}/v1/embeddings"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if curl.returncode == 2 and "--json" in curl.stderr:  # curl < 7.82
+            pytest.fail("curl too old for --json: " + curl.stderr)
+        assert curl.returncode == 0, curl.stderr  # 18: transfer closed with bytes remaining
+        assert curl.stdout == "503"
+        assert "retry-after: 1" in headers.read_text().lower()
+        _busy_error(body_file.read_bytes())
+
+        openai = pytest.importorskip("openai", reason="the openai client is a dev dependency")
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as refused:
+            client.embeddings.create(model="clip-text", input="a photo of a cat")
+        assert refused.value.status_code == 503
+        assert refused.value.response.headers["retry-after"] == "1"
+        assert refused.value.code == "busy"
+
         for connection in held:
             connection.close()
+        assert server.metric('npuctl_serve_errors_total{kind="busy"}') >= 4
     finally:
         assert server.stop() == 0
 

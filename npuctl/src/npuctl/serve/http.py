@@ -379,12 +379,40 @@ def _body(request: wire.Request) -> bytes:
     return request.body
 
 
-_BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Connection: close\r\nRetry-After: 1\r\nContent-Length: 116\r\n\r\n"
-    b'{"error":{"message":"too many open connections: retry later","type":"server_error",'
-    b'"param":null,"code":"busy"}}'
-)
+def busy_answer() -> bytes:
+    """The answer to a connection over the limit, made like every other answer (one writer:
+    its Content-Length is the body's), so a client gets the whole 503 and its Retry-After."""
+    error = api.ApiError(
+        503,
+        "too many open connections: retry later",
+        "busy",
+        kind="busy",
+        headers={"Retry-After": "1"},
+    )
+    return wire.response(error.status, error.body(), JSON, error.headers, close=True)
+
+
+# Refused connections whose request is still being read away before they close; past this
+# many at once a refused connection is closed at once.
+_MAX_LINGERING = 16
+_LINGER_SECONDS = 1.0
+_lingering = threading.BoundedSemaphore(_MAX_LINGERING)
+
+
+def _close_after_reading(connection: socket.socket) -> None:
+    """Close a refused connection without a reset: closing a socket with the client's request
+    still unread sends an RST, and the client may lose the answer it has not yet read."""
+    try:
+        connection.shutdown(socket.SHUT_WR)
+        connection.settimeout(_LINGER_SECONDS)
+        deadline = time.monotonic() + _LINGER_SECONDS
+        while time.monotonic() < deadline and connection.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        connection.close()
+        _lingering.release()
 
 
 class Listener(socketserver.ThreadingMixIn):
@@ -397,9 +425,15 @@ class Listener(socketserver.ThreadingMixIn):
     def process_request(self, request: socket.socket, client_address: object) -> None:
         if not self.service.admit():
             self.service.metrics.errors.labels("busy").inc()
-            with contextlib.suppress(OSError):
-                request.sendall(_BUSY)
-            self.shutdown_request(request)  # type: ignore[attr-defined]
+            try:
+                request.sendall(busy_answer())
+            except OSError:
+                self.shutdown_request(request)  # type: ignore[attr-defined]
+                return
+            if _lingering.acquire(blocking=False):
+                threading.Thread(target=_close_after_reading, args=(request,), daemon=True).start()
+            else:
+                self.shutdown_request(request)  # type: ignore[attr-defined]
             return
         super().process_request(request, client_address)  # type: ignore[misc]
 
