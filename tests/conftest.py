@@ -54,6 +54,17 @@ def built_packages(config: Config, upstream_tree: Path, tmp_path_factory) -> dic
 
 
 @pytest.fixture(scope="session")
+def npuctl_deb(config: Config, tmp_path_factory) -> Path:
+    """The npuctl .deb, built once per session (it needs no upstream tree)."""
+    from pipeline.npuctl_package import build_npuctl_package
+
+    artifacts = build_npuctl_package(
+        config, tmp_path_factory.mktemp("npuctl-build"), tmp_path_factory.mktemp("npuctl-dist")
+    )
+    return next(path for path in artifacts if path.suffix == ".deb")
+
+
+@pytest.fixture(scope="session")
 def rocket_config() -> Config:
     return load_package("rocket-dkms")
 

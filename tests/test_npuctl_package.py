@@ -3,20 +3,8 @@
 import gzip
 import re
 
-import pytest
-
 from .conftest import run
 from .test_package import _contents, _field
-
-
-@pytest.fixture(scope="module")
-def npuctl_deb(config, tmp_path_factory):
-    from pipeline.npuctl_package import build_npuctl_package
-
-    artifacts = build_npuctl_package(
-        config, tmp_path_factory.mktemp("npuctl-build"), tmp_path_factory.mktemp("npuctl-dist")
-    )
-    return next(path for path in artifacts if path.suffix == ".deb")
 
 
 def packaged_npuctl(tree, *args: str):
