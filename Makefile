@@ -20,7 +20,7 @@ PACKAGE ?= aipu-dkms
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb repo lint-debian autopkgtest piuparts module test test-oldest k8s \
-	lint check-kernels bench clean
+	lint check-kernels bench bench-busy bench-tables clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
@@ -139,8 +139,22 @@ check-kernels: deb
 		--dist $(DIST) --next-dist $(BUILD)/next --next-suffix $(NEXT_SUFFIX) \
 		--src-dir $(BUILD)/lab-src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
 
-## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations
+## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations;
+## every verdict a ratio to a reference timed in the same rounds, or an instruction count
+## (JSON reports in dist/bench/$(BENCH_RUN))
+BENCH_RUN ?= quiet
+BENCH_CONDITIONS ?= the machine as it was
 bench: $(DEPS_STAMP)
+	export BENCH_REPORT_DIR=$(DIST)/bench/$(BENCH_RUN) BENCH_CONDITIONS="$(BENCH_CONDITIONS)"; \
 	status=0; $(PY) -m bench.host_cost || status=1; \
 		$(PY) -m bench.serve_cost || status=1; \
 		$(PY) -m bench.watch_quality || status=1; exit $$status
+
+## bench-busy: 'make bench' beside a CPU-heavy job (a busy process per core): same verdicts
+bench-busy: $(DEPS_STAMP)
+	$(PY) -m bench.neighbour $(MAKE) --no-print-directory bench BENCH_RUN=busy \
+		BENCH_CONDITIONS="beside a CPU-heavy job (a busy process per core)"
+
+## bench-tables: docs/benchmarks.md from the reports of 'make bench' and 'make bench-busy'
+bench-tables: $(DEPS_STAMP)
+	$(PY) -m bench.tables $(DIST)/bench/quiet $(DIST)/bench/busy docs/benchmarks.md

@@ -1,16 +1,51 @@
 """The table 'make bench' prints: each measurement beside its reference, the ratio, the target
-and whether it was met."""
+and whether it was met; the same rows as a JSON report (``$BENCH_REPORT_DIR/<bench>.json``)
+for the tables in docs/ (bench.tables)."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
 
-def print_rows(results: list[dict]) -> bool:
+SCHEMA = "npuctl-bench/1"
+
+
+def print_rows(results: list[dict], bench: str) -> bool:
     width = max(len(r["name"]) for r in results)
-    print(f"{'measurement':{width}}  {'ours':>10}  {'reference':>10}  {'ratio':>6}  target")
+    print(f"{'measurement':{width}}  {'ours':>10}  {'reference':>10}  {'ratio':>8}  target")
     for r in results:
         print(
             f"{r['name']:{width}}  {r['ours']:10.3f}  {r['reference']:10.3f}  "
-            f"{r['ratio']:5.1f}x  {r['target']} [{'ok' if r['ok'] else 'MISSED'}]  "
+            f"{r['ratio']:7.2f}x  {r['target']} [{'ok' if r['ok'] else 'MISSED'}]  "
             f"({r['unit']})"
         )
+    write_report(results, bench)
     return all(r["ok"] for r in results)
+
+
+def write_report(results: list[dict], bench: str) -> Path | None:
+    folder = os.environ.get("BENCH_REPORT_DIR")
+    if not folder:
+        return None
+    target = Path(folder) / f"{bench}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "schema": SCHEMA,
+        "bench": bench,
+        "conditions": os.environ.get("BENCH_CONDITIONS", "as the machine was"),
+        "cpus": len(os.sched_getaffinity(0)),
+        "machine": platform.machine(),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": [{key: row[key] for key in sorted(row)} for row in results],
+    }
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        json.dump(document, stream, indent=1)
+        stream.write("\n")
+    Path(temporary).chmod(0o644)
+    Path(temporary).replace(target)
+    return target

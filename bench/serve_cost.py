@@ -25,7 +25,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +37,16 @@ from bench.host_steal import least_disturbed
 from bench.report import print_rows
 from npuctl.cli import Settings
 from npuctl.platforms.zhouyi.embedder import ClipEmbedder
+from npuctl.platforms.zhouyi.noe.binding import NoeLibrary, Session
 from tests.npuctl.serve_process import Server, start
 from tests.testdata import CLIP_ANYTORCH, CLIP_VOCAB_SHA256
 
 ENCODINGS = ("base64", "float")
 TEXT_MODEL = "NOEDOUBLE 1\ninput S32 308 1.0 0\noutput S8 512 27.67 60\n"
 VISUAL_MODEL = "NOEDOUBLE 1\ninput U8 150528 64.75 12\noutput S8 512 29.52 -80\n"
+
+
+BENCH = "serve-cost"
 
 
 class Board:
@@ -195,7 +200,8 @@ def turns(count: int) -> list[range]:
 
 @dataclass
 class Overheads:
-    """One attempt: per text, the direct call and each client's latency, in seconds."""
+    """One attempt: per text, the direct call and each client's latency, in seconds (``ours``
+    by encoding, and "seed" for the seed-style server's)."""
 
     direct: np.ndarray
     ours: dict[str, np.ndarray]
@@ -206,61 +212,15 @@ class Overheads:
 
     def describe(self) -> str:
         parts = []
-        for encoding in ENCODINGS:
-            p50, p99 = self.over(self.ours[encoding])
-            parts.append(f"{encoding} p50 {p50:.3f} ms p99 {p99:.3f} ms")
+        for side in (*ENCODINGS, "seed"):
+            p50, p99 = self.over(self.ours[side])
+            parts.append(f"{side} p50 {p50:.3f} ms p99 {p99:.3f} ms")
         return ", ".join(parts)
 
 
-def bench_overhead(board: Board) -> list[dict]:
-    """A request's overhead is its latency minus the direct call on the same text, made a few
-    milliseconds before in the same turn: the pairs see the same phase of the machine, and
-    a percentile of the differences means what it says (a difference of two percentiles
-    measured apart can even come out below zero). Within a turn each client sends its
-    requests back to back, as a benchmark client does."""
-    texts = metric_strings(3000, seed=11)
-    warm, measured = texts[:300], texts[300:]
-    server = start(board.env)
-    try:
-        # Its main thread is pinned before any other thread starts.
-        client = Client(os.sched_getaffinity(server.process.pid))
-        connections = {
-            encoding: RawClient(server.port, True, client.poll) for encoding in ENCODINGS
-        }
-        sleeper = RawClient(server.port, True, poll=False)
-        with DirectCall(board) as call:
-            with client:
-                for text in warm:
-                    call.latency(text)
-                    for encoding, connection in connections.items():
-                        connection.latency(text, encoding)
-            for text in warm:
-                sleeper.latency(text, "base64")
-
-            def attempt() -> Overheads:
-                found = Overheads(
-                    np.zeros(len(measured)),
-                    {encoding: np.zeros(len(measured)) for encoding in ENCODINGS},
-                    np.zeros(len(measured)),
-                )
-                for turn, block in enumerate(turns(len(measured))):
-                    with client:
-                        for index in block:
-                            found.direct[index] = call.latency(measured[index])
-                        for encoding in ENCODINGS[:: 1 if turn % 2 else -1]:  # each goes first
-                            for index in block:
-                                found.ours[encoding][index] = connections[encoding].latency(
-                                    measured[index], encoding
-                                )
-                    for index in block:
-                        found.sleeping[index] = sleeper.latency(measured[index], "base64")
-                return found
-
-            kept = least_disturbed(attempt, Overheads.describe, "serve overhead")
-        for connection in (*connections.values(), sleeper):
-            connection.close()
-    finally:
-        server.stop()
+@contextmanager
+def seed_server(board: Board, cpus: set[int] | None) -> Iterator[int]:
+    """The community-style server (bench.seed_server): its port, while it runs."""
     seed = subprocess.Popen(
         [
             sys.executable,
@@ -274,57 +234,103 @@ def bench_overhead(board: Board) -> list[dict]:
         text=True,
         env={**board.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
-    reference = np.zeros(1000)
     try:
         assert seed.stdout is not None
         port = int(seed.stdout.readline())
-        if client.poll:  # where ours ran, away from the client
-            os.sched_setaffinity(seed.pid, client.servers_cpus)
-        per_request = RawClient(port, False, client.poll)
-        with client, DirectCall(board) as call:
-            for text in warm:
-                call.latency(text)
-                per_request.latency(text, "float")
-            for block in turns(len(reference)):
-                alone = [call.latency(measured[index]) for index in block]
-                for index, took in zip(block, alone, strict=True):
-                    reference[index] = per_request.latency(measured[index], "float") - took
+        if cpus:  # where ours runs, away from the client
+            os.sched_setaffinity(seed.pid, cpus)
+        yield port
     finally:
         seed.terminate()
         seed.wait()
+
+
+def bench_overhead(board: Board) -> list[dict]:
+    """A request's overhead is its latency minus the direct call on the same text, made a few
+    milliseconds before in the same turn: the pairs see the same phase of the machine, and
+    a percentile of the differences means what it says. The seed-style server is measured in
+    the same turns on the same texts, so the verdict, ours against it, holds however busy
+    the machine is. Within a turn each client sends its requests back to back, as a
+    benchmark client does."""
+    texts = metric_strings(3000, seed=11)
+    warm, measured = texts[:300], texts[300:]
+    server = start(board.env)
+    try:
+        # Its main thread is pinned before any other thread starts.
+        client = Client(os.sched_getaffinity(server.process.pid))
+        connections = {
+            encoding: RawClient(server.port, True, client.poll) for encoding in ENCODINGS
+        }
+        sleeper = RawClient(server.port, True, poll=False)
+        with (
+            seed_server(board, client.servers_cpus if client.poll else None) as seed_port,
+            DirectCall(board) as call,
+        ):
+            per_request = RawClient(seed_port, False, client.poll)
+            with client:
+                for text in warm:
+                    call.latency(text)
+                    per_request.latency(text, "float")
+                    for encoding, connection in connections.items():
+                        connection.latency(text, encoding)
+            for text in warm:
+                sleeper.latency(text, "base64")
+
+            def attempt() -> Overheads:
+                found = Overheads(
+                    np.zeros(len(measured)),
+                    {encoding: np.zeros(len(measured)) for encoding in (*ENCODINGS, "seed")},
+                    np.zeros(len(measured)),
+                )
+                sides = [*ENCODINGS, "seed"]
+                for turn, block in enumerate(turns(len(measured))):
+                    with client:
+                        for index in block:
+                            found.direct[index] = call.latency(measured[index])
+                        for side in sides[turn % 3 :] + sides[: turn % 3]:  # each goes first
+                            for index in block:
+                                text = measured[index]
+                                found.ours[side][index] = (
+                                    per_request.latency(text, "float")
+                                    if side == "seed"
+                                    else connections[side].latency(text, side)
+                                )
+                    for index in block:
+                        found.sleeping[index] = sleeper.latency(measured[index], "base64")
+                return found
+
+            kept = least_disturbed(attempt, Overheads.describe, "serve overhead")
+        for connection in (*connections.values(), sleeper):
+            connection.close()
+    finally:
+        server.stop()
     print(f"serve overhead measured with {client.describe()}")
     if client.poll:
         p50, p99 = kept.over(kept.sleeping)
         print(
             f"serve overhead with a client that sleeps in recv instead (its core halts and "
-            f"must be woken): p50 {p50:.3f} ms, p99 {p99:.3f} ms (base64)"
+            f"must be woken): p50 {p50:.3f} ms, p99 {p99:.3f} ms (base64; information)"
         )
-    seed_p50, seed_p99 = percentiles(reference)
+    seed_p50, seed_p99 = kept.over(kept.ours["seed"])
     rows = []
     for encoding in ENCODINGS:
         p50, p99 = kept.over(kept.ours[encoding])
-        rows.append(
-            {
-                "name": f"serve overhead per text request, p50 ({encoding})",
-                "unit": "ms over the direct call; reference: the seed-style server",
-                "ours": p50,
-                "reference": seed_p50,
-                "ratio": seed_p50 / max(p50, 1e-6),
-                "target": "p50 <= 0.3 ms",
-                "ok": p50 <= 0.3,
-            }
-        )
-        rows.append(
-            {
-                "name": f"serve overhead per text request, p99 ({encoding})",
-                "unit": "ms over the direct call; reference: the seed-style server",
-                "ours": p99,
-                "reference": seed_p99,
-                "ratio": seed_p99 / max(p99, 1e-6),
-                "target": "p99 <= 1 ms",
-                "ok": p99 <= 1.0,
-            }
-        )
+        for name, ours, reference, limit in (
+            ("p50", p50, seed_p50, 0.5),
+            ("p99", p99, seed_p99, 0.6),
+        ):
+            ratio = ours / max(reference, 1e-6)
+            rows.append(
+                {
+                    "name": f"serve overhead per text request, {name} ({encoding})",
+                    "unit": "ms over the direct call; reference: the seed-style server",
+                    "ours": ours,
+                    "reference": reference,
+                    "ratio": ratio,
+                    "target": f"ours/reference <= {limit}",
+                    "ok": ratio <= limit,
+                }
+            )
     return rows
 
 
@@ -395,42 +401,77 @@ def check_answer(status: int, payload: bytes, document: dict) -> str | None:
     return f"status {status}: {payload[:200]!r}"
 
 
+class NpuAlone:
+    """The NPU-bound limit as the double really makes it now: its inferences called back to
+    back in-process, nothing else (a 15 ms sleep overshoots by what the machine adds)."""
+
+    def __init__(self, board: Board) -> None:
+        self.board = board
+
+    def __enter__(self) -> NpuAlone:
+        os.environ["NOE_DOUBLE_DEVICE"] = str(self.board.device)
+        os.environ["NOE_DOUBLE_INFER_MS"] = "15"
+        self.stack = ExitStack()
+        session = self.stack.enter_context(Session(NoeLibrary(self.board.library)))
+        self.graph = self.stack.enter_context(session.graph(self.board.models / "clip_txt.cix"))
+        self.tokens = np.zeros(77, dtype=np.int32)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+        os.environ.pop("NOE_DOUBLE_INFER_MS", None)
+
+    def rate(self, count: int) -> float:
+        started = time.perf_counter()
+        for _ in range(count):
+            with self.graph.job() as job:
+                job.load(0, self.tokens)
+                job.infer(1000)
+        return count / (time.perf_counter() - started)
+
+
 def bench_throughput(board: Board) -> dict:
+    """Rounds of 120 requests from 8 clients, each beside 30 inferences of the double alone:
+    the verdict is the server's rate over the NPU's in the same round."""
     server = start({**board.env, "NOE_DOUBLE_INFER_MS": "15"})
     texts = metric_strings(600, seed=12)
-    limit = 1 / 0.015
+    requests = 120
+    rounds = 5
     try:
 
         def document(number: int) -> dict:
-            return {"input": texts[number], "encoding_format": "base64"}
+            return {"input": texts[number % len(texts)], "encoding_format": "base64"}
 
         concurrent(server, 8, 40, document)  # warm-up
-
-        def attempt() -> tuple[Counter, float, list[str], float]:
-            statuses, seconds, problems = concurrent(server, 8, 600, document)
-            with DirectCall(board, infer_ms=15) as direct:  # the NPU alone, for comparison
-                alone = [direct.latency(text) for text in texts[:200]]
-            return statuses, seconds, problems, len(alone) / sum(alone)
-
-        def describe(result: tuple[Counter, float, list[str], float]) -> str:
-            statuses, seconds, _, alone = result
-            return (
-                f"{statuses[200] / seconds:.1f}/s; the double alone, called in a loop "
-                f"in-process, {alone:.1f}/s (the limit: {limit:.1f}/s)"
-            )
-
-        statuses, seconds, problems, _ = least_disturbed(attempt, describe, "serve throughput")
+        rates: list[tuple[float, float]] = []
+        failures: list[str] = []
+        answered = 0
+        with NpuAlone(board) as alone:
+            for round_number in range(rounds):
+                npu_first = round_number % 2 == 1
+                npu_rate = alone.rate(30) if npu_first else 0.0
+                statuses, seconds, problems = concurrent(server, 8, requests, document)
+                if not npu_first:
+                    npu_rate = alone.rate(30)
+                answered += statuses[200]
+                failures += problems
+                rates.append((statuses[200] / seconds, npu_rate))
     finally:
         server.stop()
-    rate = statuses[200] / seconds
+    ratios = [served / npu for served, npu in rates]
+    ratio = float(np.median(ratios))
+    print(
+        "serve throughput by round (served/s, the NPU alone/s): "
+        + ", ".join(f"{served:.1f}/{npu:.1f}" for served, npu in rates)
+    )
     return {
         "name": "serve throughput, 15 ms inferences, 8 clients",
-        "unit": "requests/s; reference: the NPU-bound limit 1/15 ms",
-        "ours": rate,
-        "reference": limit,
-        "ratio": rate / limit,
-        "target": ">= 95 % of the limit, all 200",
-        "ok": rate >= 0.95 * limit and statuses[200] == 600 and not problems,
+        "unit": "requests/s; reference: the double alone in the same round",
+        "ours": float(np.median([served for served, _ in rates])),
+        "reference": float(np.median([npu for _, npu in rates])),
+        "ratio": ratio,
+        "target": "ours/reference >= 0.95, all 200",
+        "ok": ratio >= 0.95 and answered == requests * rounds and not failures,
     }
 
 
@@ -492,7 +533,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         board = Board(Path(scratch), vocab)
         results = [*bench_overhead(board), bench_throughput(board), *bench_load(board)]
-    return 0 if print_rows(results) else 1
+    return 0 if print_rows(results, BENCH) else 1
 
 
 if __name__ == "__main__":
