@@ -335,18 +335,28 @@ def bench_long_texts(vocab: Path) -> list[dict]:
     a text, quadratically in the length of a word."""
     ours = ClipTokenizer(vocab)
     reference = load_reference_tokenizer(vocab)
+    initial_cache = dict(reference.cache)  # before any text: special tokens only
     prose = " ".join(metric_strings(14_000))[:1_000_000]
     assert ours.window(prose)[0] == reference.encode(prose)[:75], "ids differ"
     letters = random.Random(11).choices("abcdefghijklmnopqrstuvwxyz", k=1_000_000)
     long_word = "".join(letters)
     word = long_word[:5_000]
     assert ours.window(word)[0] == reference.encode(word)[:75], "ids differ"
-    # The reference encodes all of a text: one call a round against ten of ours.
+    # The reference encodes all of a text: one call a round against ten of ours. It keeps
+    # every word it has encoded; each call starts from its initial cache, as on a new text.
+
+    def fresh_reference(text: str) -> Callable[[], object]:
+        def encode() -> object:
+            reference.cache = dict(initial_cache)
+            return reference.encode(text)
+
+        return encode
+
     prose_pairs = interleaved(
-        lambda: ours.window(prose), lambda: reference.encode(prose), 3, 1, ours_per_round=10
+        lambda: ours.window(prose), fresh_reference(prose), 3, 1, ours_per_round=10
     )
     word_pairs = interleaved(
-        lambda: ours.window(long_word), lambda: reference.encode(word), 3, 1, ours_per_round=10
+        lambda: ours.window(long_word), fresh_reference(word), 3, 1, ours_per_round=10
     )
     return [
         {
@@ -363,9 +373,9 @@ def bench_long_texts(vocab: Path) -> list[dict]:
             "unit": "ms (median); reference: OpenAI's tokenizer",
             "ours": word_pairs.ours_ms,
             "reference": word_pairs.reference_ms,
-            "ratio": 1 / word_pairs.speedup,
-            "target": "ours/reference <= 40 (200x the text), identical ids",
-            "ok": 1 / word_pairs.speedup <= 40,
+            "ratio": word_pairs.speedup,
+            "target": "reference/ours >= 10 (on 200x the text), identical ids",
+            "ok": word_pairs.speedup >= 10,
         },
     ]
 
