@@ -1,6 +1,6 @@
 # Entry points of the project. 'make deb' builds the packages, 'make test' runs the tests.
 # Upstream source: UPSTREAM_GIT=<clone path or URL> or UPSTREAM_TARBALL=<file> (see README).
-# PACKAGE=<driver package> (a folder of packages/) for fetch, patch, quilt-tree and module.
+# PACKAGE=<driver package> (dkms/<name>.yaml) for fetch, patch, quilt-tree and module.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -39,7 +39,7 @@ patch: $(DEPS_STAMP)
 ## quilt-tree: a quilt working tree of PACKAGE in build/quilt to edit or refresh its patches
 quilt-tree: $(DEPS_STAMP)
 	tools/quilt-tree.sh "$$($(BUILD_TOOL) --package $(PACKAGE) fetch)" $(BUILD)/quilt \
-		packages/$(PACKAGE)/patches
+		patches/$(PACKAGE)
 
 ## deb: the Debian source and binary packages (every driver package, npuctl) in dist/,
 ## lintian clean
@@ -63,7 +63,7 @@ repo: $(DEPS_STAMP)
 		$(if $(REPO_KEY),--key $(REPO_KEY)) $(if $(REPO_GNUPGHOME),--gnupg-home $(REPO_GNUPGHOME))
 
 ## autopkgtest: each driver package's autopkgtest with arm64 headers, in a chroot of the
-## suite its package.yaml names (kernel.test_suite) (root)
+## suite its dkms/<name>.yaml names (kernel.test_suite) (root)
 autopkgtest: deb
 	for package in $$($(BUILD_TOOL) packages); do \
 		$(PY) -m kernel_lab autopkgtest --suite "$$($(BUILD_TOOL) --package $$package test-suite)" \
@@ -115,8 +115,8 @@ k8s: $(DEPS_STAMP)
 
 ## lint: ruff and shellcheck
 lint: $(DEPS_STAMP)
-	$(VENV)/bin/ruff check tools tests npuctl bench
-	$(VENV)/bin/ruff format --check tools tests npuctl bench
+	$(VENV)/bin/ruff check tools tests npuctl
+	$(VENV)/bin/ruff format --check tools tests npuctl
 	shellcheck tools/*.sh .ci/run
 
 clean:

@@ -9,13 +9,13 @@ import pytest
 from .conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON_TREES = ("tools", "tests", "npuctl", "bench")
+PYTHON_TREES = ("tools", "tests", "npuctl")
 SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
 
 
 def test_ruff_check():
     result = run(
-        sys.executable, "-m", "ruff", "check", "tools", "tests", "npuctl", "bench", cwd=ROOT
+        sys.executable, "-m", "ruff", "check", *PYTHON_TREES, cwd=ROOT
     )
     assert result.returncode == 0, result.stdout
 
@@ -27,10 +27,7 @@ def test_ruff_format():
         "ruff",
         "format",
         "--check",
-        "tools",
-        "tests",
-        "npuctl",
-        "bench",
+        *PYTHON_TREES,
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout

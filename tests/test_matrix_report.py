@@ -26,7 +26,7 @@ def test_kernels_newer_than_tested_max_are_named(config):
     notes = untested_range(report("6.12.117+deb13-arm64", "7.3.4+deb13-arm64", "7.4.1+deb14-arm64"))
     assert notes == [
         "  7.4.1+deb14-arm64 is newer than aipu-dkms's kernel.tested_max (7.3) in "
-        "packages/aipu-dkms/package.yaml: raise it once this matrix passes"
+        "dkms/aipu-dkms.yaml: raise it once this matrix passes"
     ]
     assert "7.4.1+deb14-arm64 is newer than aipu-dkms's kernel.tested_max" in format_table(
         report("7.4.1+deb14-arm64")

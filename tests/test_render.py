@@ -1,4 +1,4 @@
-"""dkms.conf and the udev rules rendered from each driver package's package.yaml."""
+"""dkms.conf and the udev rules rendered from each driver package's dkms/<name>.yaml."""
 
 import re
 import subprocess

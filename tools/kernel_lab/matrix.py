@@ -787,7 +787,7 @@ def untested_range(report: dict) -> list[str]:
         )
         notes += [
             f"  {kernel} is newer than {package}'s kernel.tested_max "
-            f"({'.'.join(map(str, tested_max))}) in packages/{package}/package.yaml: raise it "
+            f"({'.'.join(map(str, tested_max))}) in dkms/{package}.yaml: raise it "
             "once this matrix passes"
             for kernel in newer
         ]

@@ -15,9 +15,9 @@ from .errors import BuildError, ExitCode
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipeline", description=__doc__)
     parser.add_argument(
-        "--package", default=DEFAULT_PACKAGE, help="the driver package (a folder of packages/)"
+        "--package", default=DEFAULT_PACKAGE, help="the driver package (a dkms/<name>.yaml)"
     )
-    parser.add_argument("--config", type=Path, help="a package.yaml (instead of --package)")
+    parser.add_argument("--config", type=Path, help="a driver description like dkms/<name>.yaml (instead of --package)")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("packages", help="list the driver packages")
     commands.add_parser("fetch", help="get, verify and cache the upstream driver subtree")

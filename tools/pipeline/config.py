@@ -1,7 +1,8 @@
-"""Load a driver package's package.yaml and derive every value the templates and the
-pipeline use. Each driver package is one folder under packages/: package.yaml (upstream
-source and pin, kernel gate, device), patches/ (a quilt series) and its udev rule; the
-templates under packaging/dkms/ and the code here serve every one of them."""
+"""Load a driver package's description and derive every value the templates and the pipeline
+use. Each driver package is described once, in dkms/<name>.yaml (upstream source and pin,
+kernel gate, device); its quilt series is patches/<name>/ and its udev rule
+provision/<name>.udev.rules.j2. The templates (dkms/dkms.conf.j2, debian/dkms/) and the code
+here serve every one of them."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import yaml
 from .errors import BuildError, ExitCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES_DIR = REPO_ROOT / "packages"
-DKMS_TEMPLATES = REPO_ROOT / "packaging" / "dkms"
+DKMS_DIR = REPO_ROOT / "dkms"  # one <package>.yaml per driver package, dkms.conf.j2
+PATCHES_ROOT = REPO_ROOT / "patches"  # <package>/: a quilt series
+PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>.udev.rules.j2 ...
+DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
 DEFAULT_PACKAGE = "aipu-dkms"
-DEFAULT_CONFIG = PACKAGES_DIR / DEFAULT_PACKAGE / "package.yaml"
+DEFAULT_CONFIG = DKMS_DIR / f"{DEFAULT_PACKAGE}.yaml"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -107,11 +110,11 @@ class Config:
 
     @property
     def patches_dir(self) -> Path:
-        return self.directory / "patches"
+        return PATCHES_ROOT / self.name
 
     @property
     def udev_template(self) -> Path:
-        return self.directory / "udev.rules.j2"
+        return PROVISION_DIR / f"{self.name}.udev.rules.j2"
 
     @property
     def appstream_id(self) -> str:
@@ -153,12 +156,12 @@ class Config:
 
 
 def package_names() -> list[str]:
-    """Every driver package: a folder under packages/ with a package.yaml."""
-    return sorted(path.parent.name for path in PACKAGES_DIR.glob("*/package.yaml"))
+    """Every driver package: a description dkms/<name>.yaml."""
+    return sorted(path.stem for path in DKMS_DIR.glob("*.yaml"))
 
 
 def config_path(name: str) -> Path:
-    path = PACKAGES_DIR / name / "package.yaml"
+    path = DKMS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise BuildError(
             f"no driver package {name!r}: known are {', '.join(package_names())}", ExitCode.USAGE
@@ -179,7 +182,7 @@ def kernel_min_regex(minimum: str) -> str:
     match = _KERNEL_VERSION.match(minimum)
     if not match:
         raise BuildError(
-            f"kernel.min {minimum!r} is not MAJOR.MINOR: fix package.yaml", ExitCode.USAGE
+            f"kernel.min {minimum!r} is not MAJOR.MINOR: fix its dkms/<package>.yaml", ExitCode.USAGE
         )
     major, minor = int(match[1]), int(match[2])
     same_major = rf"{major}\.({_at_least(minor)})([.-]|$)"

@@ -9,7 +9,7 @@ class ExitCode(IntEnum):
     """Exit codes of ``python -m pipeline`` (documented in the README)."""
 
     OK = 0
-    USAGE = 2  # bad arguments or a broken package.yaml
+    USAGE = 2  # bad arguments or a broken dkms/<package>.yaml
     VERIFY = 3  # the upstream tree is not the pinned one
     UPSTREAM = 4  # the upstream source could not be reached or read
     TOOL = 5  # a build tool is missing

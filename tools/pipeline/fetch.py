@@ -109,7 +109,7 @@ def fetch_upstream(
         if actual != config.upstream.tree_id:
             raise BuildError(
                 f"upstream tree from {source_label} has id {actual}, but "
-                f"packages/{config.name}/package.yaml pins {config.upstream.tree_id}: use a "
+                f"dkms/{config.name}.yaml pins {config.upstream.tree_id}: use a "
                 f"copy of {config.upstream.commit[:12] or config.upstream.source_file} "
                 "(nothing was cached)",
                 ExitCode.VERIFY,
@@ -251,7 +251,7 @@ def _cached_download(config: Config) -> Path:
         actual = sha256_of(Path(temporary))
         if actual != upstream.source_sha256:
             raise BuildError(
-                f"{url} has sha256 {actual}, but packages/{config.name}/package.yaml pins "
+                f"{url} has sha256 {actual}, but dkms/{config.name}.yaml pins "
                 f"{upstream.source_sha256} (nothing was cached)",
                 ExitCode.VERIFY,
             )

@@ -1,5 +1,5 @@
 """The npuctl Debian package: a native source package of the npuctl/ project, with debian/
-rendered from npuctl/debian/."""
+rendered from debian/npuctl/."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
             tree,
             ignore=shutil.ignore_patterns("debian", "__pycache__", "*.egg-info", "build"),
         )
-        render_tree(NPUCTL / "debian", tree / "debian", _context(config, version))
+        render_tree(REPO_ROOT / "debian" / "npuctl", tree / "debian", _context(config, version))
     return destination
 
 

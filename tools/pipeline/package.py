@@ -16,13 +16,12 @@ import tempfile
 from pathlib import Path
 
 from .atomic import replaced_directory, write_atomically
-from .config import DKMS_TEMPLATES, Config
+from .config import DEBIAN_TEMPLATES, Config
 from .errors import BuildError, ExitCode
 from .patching import series
 from .render import DKMS_TEMPLATE, render_file, render_tree, template_context
 from .tools import require_tool, run
 
-DEBIAN_TEMPLATES = DKMS_TEMPLATES / "debian"
 # Debian packages build with the system's tools only: no virtualenv or pyenv Python on PATH.
 DEBIAN_BUILD_ENV = {
     **{
@@ -79,7 +78,7 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
     )
     write_atomically(
         debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
-        render_file(DKMS_TEMPLATES / "metainfo.xml.j2", context),
+        render_file(DEBIAN_TEMPLATES / "metainfo.xml.j2", context),
     )
     names = series(config.patches_dir)
     if names:

@@ -1,4 +1,4 @@
-"""Apply a package's quilt series (packages/<name>/patches/) to a copy of its verified
+"""Apply a package's quilt series (patches/<name>/) to a copy of its verified
 upstream tree."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import subprocess
 from pathlib import Path
 
 from .atomic import replaced_directory
-from .config import DEFAULT_CONFIG, REPO_ROOT
+from .config import DEFAULT_PACKAGE, PATCHES_ROOT, REPO_ROOT
 from .errors import BuildError, ExitCode
 from .tools import last_line, require_tool
 
 # The default package's series (aipu-dkms), for callers that name no package.
-PATCHES_DIR = DEFAULT_CONFIG.parent / "patches"
+PATCHES_DIR = PATCHES_ROOT / DEFAULT_PACKAGE
 
 QUILTRC = REPO_ROOT / "tools" / "quiltrc"
 

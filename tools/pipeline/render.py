@@ -1,5 +1,5 @@
-"""Render the Jinja templates (packaging/dkms/ and a package's own udev rule) from one
-context built from the package's package.yaml."""
+"""Render the Jinja templates (dkms/dkms.conf.j2, debian/dkms/ and the package's udev rule
+in provision/) from one context built from the package's dkms/<name>.yaml."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import jinja2
 
 from .atomic import write_atomically
-from .config import DKMS_TEMPLATES, Config
+from .config import DKMS_DIR, Config
 
-DKMS_TEMPLATE = DKMS_TEMPLATES / "dkms.conf.j2"
+DKMS_TEMPLATE = DKMS_DIR / "dkms.conf.j2"
 TEMPLATE_SUFFIX = ".j2"
 
 _COPYRIGHT = re.compile(

@@ -232,7 +232,7 @@ def seed_server(board: Board, cpus: set[int] | None) -> Iterator[tuple[int, int]
         ],
         stdout=subprocess.PIPE,
         text=True,
-        env={**board.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**board.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},  # tools/
     )
     try:
         assert seed.stdout is not None

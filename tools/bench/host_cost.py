@@ -33,7 +33,7 @@ from npuctl.platforms.zhouyi.pipelines.clip_tokenizer import ClipTokenizer
 from tests.npuctl.reference_nms import straightforward_nms
 from tests.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5, Wheel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 BENCH = "host-cost"
