@@ -14,9 +14,7 @@ SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
 
 
 def test_ruff_check():
-    result = run(
-        sys.executable, "-m", "ruff", "check", *PYTHON_TREES, cwd=ROOT
-    )
+    result = run(sys.executable, "-m", "ruff", "check", *PYTHON_TREES, cwd=ROOT)
     assert result.returncode == 0, result.stdout
 
 

@@ -17,7 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--package", default=DEFAULT_PACKAGE, help="the driver package (a dkms/<name>.yaml)"
     )
-    parser.add_argument("--config", type=Path, help="a driver description like dkms/<name>.yaml (instead of --package)")
+    parser.add_argument(
+        "--config", type=Path, help="a driver description, dkms/<name>.yaml (not --package)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("packages", help="list the driver packages")
     commands.add_parser("fetch", help="get, verify and cache the upstream driver subtree")

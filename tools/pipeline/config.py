@@ -21,6 +21,7 @@ DKMS_DIR = REPO_ROOT / "dkms"  # one <package>.yaml per driver package, dkms.con
 PATCHES_ROOT = REPO_ROOT / "patches"  # <package>/: a quilt series
 PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>.udev.rules.j2 ...
 DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
+METAINFO_TEMPLATE = REPO_ROOT / "debian" / "dkms-metainfo.xml.j2"  # its AppStream metadata
 DEFAULT_PACKAGE = "aipu-dkms"
 DEFAULT_CONFIG = DKMS_DIR / f"{DEFAULT_PACKAGE}.yaml"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -182,7 +183,7 @@ def kernel_min_regex(minimum: str) -> str:
     match = _KERNEL_VERSION.match(minimum)
     if not match:
         raise BuildError(
-            f"kernel.min {minimum!r} is not MAJOR.MINOR: fix its dkms/<package>.yaml", ExitCode.USAGE
+            f"kernel.min {minimum!r} is not MAJOR.MINOR: fix dkms/<package>.yaml", ExitCode.USAGE
         )
     major, minor = int(match[1]), int(match[2])
     same_major = rf"{major}\.({_at_least(minor)})([.-]|$)"

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from .atomic import replaced_directory, write_atomically
-from .config import DEBIAN_TEMPLATES, Config
+from .config import DEBIAN_TEMPLATES, METAINFO_TEMPLATE, Config
 from .errors import BuildError, ExitCode
 from .patching import series
 from .render import DKMS_TEMPLATE, render_file, render_tree, template_context
@@ -78,7 +78,7 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
     )
     write_atomically(
         debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
-        render_file(DEBIAN_TEMPLATES / "metainfo.xml.j2", context),
+        render_file(METAINFO_TEMPLATE, context),
     )
     names = series(config.patches_dir)
     if names:
