@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,13 @@ from ..testdata import (
     YOLOV5,
     wheel_member,
 )
+
+
+def interruptible() -> None:
+    """For preexec_fn: SIGINT as a terminal delivers it. A test run started in the background
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 DOUBLE_SOURCE = Path(__file__).resolve().parents[1] / "noe_double" / "libnoe_double.c"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .conftest import interruptible
 from .test_pipelines import synthetic_output
 
 
@@ -165,6 +166,7 @@ def test_ctrl_c_during_a_run_closes_the_context(board):
     process = subprocess.Popen(
         [sys.executable, "-m", "npuctl", "bench", "clip-text", "-n", "100000000"],
         env=board.env,
+        preexec_fn=interruptible,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -18,6 +18,7 @@ import yaml
 from npuctl.files import write_atomically
 from npuctl.models.proofs import FileIdentity, LoadProofs
 
+from .conftest import interruptible
 from .test_cli_run import one_line_error
 from .test_models import Server
 
@@ -272,7 +273,11 @@ def test_ctrl_c_during_start_up_is_one_line(board, tmp_path):
     )
     env = {**board.env, "PYTHONPATH": str(hook)}
     result = subprocess.run(
-        [sys.executable, "-m", "npuctl", "--help"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "npuctl", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=interruptible,
     )
     assert result.returncode == 130
     assert result.stderr == "npuctl: interrupted\n"
