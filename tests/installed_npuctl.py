@@ -8,14 +8,11 @@ under test is called and where it sees that folder."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import shutil
-import signal
 import subprocess
 import textwrap
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from .npuctl.conftest import DOUBLE_SOURCE, TEFLON_DOUBLE_SOURCE, shared_library, write_model
+from .npuctl.serve_process import start
 
 GOOD_CFG = """\
 [Parser]
@@ -323,45 +321,15 @@ def invoke(installed: Installed, invocation: Invocation) -> None:
 
 def serve_answers(installed: Installed) -> None:
     """npuctl serve starts, answers /health and an embedding over TCP, and stops on SIGTERM."""
-    process = subprocess.Popen(
-        installed.command("serve", "--port", "0", "--no-unix-socket", "--cpu", "all"),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
-    url: list[str] = []
-
-    def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append(line)
-            if found := re.search(r"ready: http://([^ \n]+)", line):
-                url.append(found.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    server = start(None, "--cpu", "all", npuctl=installed.command())
     try:
-        ready.wait(180)
-        assert url, f"npuctl serve did not start:\n{''.join(lines)}"
-        host, port = url[0].rsplit(":", 1)
-        connection = http.client.HTTPConnection(host, int(port), timeout=60)
-        connection.request("GET", "/health")
-        assert connection.getresponse().read() == b'{"status":"ok"}'
-        body = json.dumps({"input": "a photo of a cat", "encoding_format": "float"})
-        connection.request("POST", "/v1/embeddings", body.encode())
-        response = connection.getresponse()
-        answer = json.loads(response.read())
-        assert response.status == 200, answer
-        assert len(answer["data"][0]["embedding"]) == 512
-        connection.close()
+        assert server.request("GET", "/health").body == b'{"status":"ok"}'
+        answer = server.embed({"input": "a photo of a cat", "encoding_format": "float"})
+        assert answer.status == 200, answer.body
+        assert len(answer.json()["data"][0]["embedding"]) == 512
     finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(60)
-    assert code == 0, "".join(lines)
+        code = server.stop()
+    assert code == 0, server.stderr
 
 
 def help_pages(installed: Installed) -> Iterator[tuple[tuple[str, ...], str]]:

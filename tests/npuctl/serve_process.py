@@ -85,9 +85,15 @@ class Server:
 
 
 def start(
-    env: dict[str, str], *args: str, socket_path: Path | None = None, wait: bool = True
+    env: dict[str, str] | None,
+    *args: str,
+    socket_path: Path | None = None,
+    wait: bool = True,
+    npuctl: list[str] | None = None,
 ) -> Server:
-    command = [sys.executable, "-m", "npuctl", "serve", "--port", "0"]
+    """``npuctl``: the command that runs npuctl (an installed one); the source tree's by
+    default."""
+    command = [*(npuctl or [sys.executable, "-m", "npuctl"]), "serve", "--port", "0"]
     command += ["--unix-socket", str(socket_path)] if socket_path else ["--no-unix-socket"]
     process = subprocess.Popen(
         [*command, *args],

@@ -11,7 +11,6 @@ import importlib.util
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,17 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 BENCH = "host-cost"
-
-
-def median_ms(action: Callable[[], object], repeat: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        action()
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1000
 
 
 def test_data(wheel: Wheel, member: str, sha256: str | None) -> Path:
@@ -86,11 +74,13 @@ def bench_tokenizer(vocab: Path) -> dict:
     assert [ours.encode(t) for t in texts] == [reference.encode(t) for t in texts], "ids differ"
     fresh = metric_strings(2000, seed=8)  # strings neither tokenizer has seen
     blocks = [fresh[first : first + 100] for first in range(0, len(fresh), 100)]
-    turn = iter(range(len(blocks) * 4))
 
     def encode_block(tokenizer: Any) -> Callable[[], None]:
+        """Each call encodes the next block: round N is block N for both sides."""
+        remaining = iter(blocks)
+
         def encode() -> None:
-            for text in blocks[next(turn) // 2 % len(blocks)]:
+            for text in next(remaining):
                 tokenizer.encode(text)
 
         return encode

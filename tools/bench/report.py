@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
+
+from pipeline.atomic import write_atomically
 
 SCHEMA = "npuctl-bench/1"
 
@@ -32,7 +33,6 @@ def write_report(results: list[dict], bench: str) -> Path | None:
     if not folder:
         return None
     target = Path(folder) / f"{bench}.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "schema": SCHEMA,
         "bench": bench,
@@ -42,10 +42,5 @@ def write_report(results: list[dict], bench: str) -> Path | None:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": [{key: row[key] for key in sorted(row)} for row in results],
     }
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        json.dump(document, stream, indent=1)
-        stream.write("\n")
-    Path(temporary).chmod(0o644)
-    Path(temporary).replace(target)
+    write_atomically(target, json.dumps(document, indent=1) + "\n")
     return target

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from bench.report import SCHEMA
+from pipeline.atomic import write_atomically
 
 BENCHES = ("host-cost", "serve-cost", "watch-quality")
 
@@ -82,14 +82,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.tables QUIET_DIR BUSY_DIR OUTPUT", file=sys.stderr)
         return 2
     quiet_dir, busy_dir, output = (Path(arg) for arg in argv)
-    text = render(quiet_dir, busy_dir)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", dir=output.parent, prefix=f".{output.name}.", delete=False, encoding="utf-8"
-    ) as stream:
-        stream.write(text)
-    Path(stream.name).chmod(0o644)
-    Path(stream.name).replace(output)
+    write_atomically(output, render(quiet_dir, busy_dir))
     print(f"bench.tables: wrote {output}")
     return 0
 
