@@ -14,6 +14,8 @@ BUILD_TOOL := $(PY) -m pipeline
 BUILD := build
 DIST := dist
 DEPS_STAMP := $(VENV)/.deps-installed
+# pytest's and ruff's configuration is in tools/pyproject.toml; the tests are tests/.
+PYTEST := -c tools/pyproject.toml --rootdir .
 
 PACKAGE ?= aipu-dkms
 
@@ -23,7 +25,7 @@ export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 	lint check-kernels bench bench-busy bench-tables clean
 
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): tools/install-deps.sh pyproject.toml npuctl/pyproject.toml
+$(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
 	tools/install-deps.sh
 	touch $@
 
@@ -89,22 +91,22 @@ module: patch
 
 ## test: every test, then npuctl's tests again on the oldest supported dependencies
 test: $(DEPS_STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST) $(or $(PYTEST_ARGS),tests)
 	$(MAKE) --no-print-directory test-oldest
 
 ## test-oldest: npuctl's tests on Debian 12's python3 packages (npuctl/constraints-oldest.txt)
 OLDEST_VENV := .venv-oldest
 OLDEST_PYTHON ?= /usr/bin/python3
 OLDEST_STAMP := $(OLDEST_VENV)/.deps-installed
-$(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml pyproject.toml $(DEPS_STAMP)
+$(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml tools/pyproject.toml $(DEPS_STAMP)
 	rm -rf $(OLDEST_VENV)
 	$(OLDEST_PYTHON) -m venv --system-site-packages $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check \
-		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e . -e './npuctl[rocket,onnx]'
+		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e ./tools -e './npuctl[rocket,onnx]'
 	touch $@
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
-		-p no:cacheprovider $(PYTEST_ARGS) tests/npuctl
+		-p no:cacheprovider $(PYTEST) $(PYTEST_ARGS) tests/npuctl
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants
 k8s: $(DEPS_STAMP)
@@ -115,8 +117,8 @@ k8s: $(DEPS_STAMP)
 
 ## lint: ruff and shellcheck
 lint: $(DEPS_STAMP)
-	$(VENV)/bin/ruff check tools tests npuctl
-	$(VENV)/bin/ruff format --check tools tests npuctl
+	$(VENV)/bin/ruff check --config tools/pyproject.toml tools tests npuctl
+	$(VENV)/bin/ruff format --config tools/pyproject.toml --check tools tests npuctl
 	shellcheck tools/*.sh .ci/run
 
 clean:

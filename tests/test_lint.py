@@ -12,9 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON_TREES = ("tools", "tests", "npuctl")
 SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
 
+RUFF_CONFIG = ("--config", "tools/pyproject.toml")  # the whole tree's ruff settings
+
 
 def test_ruff_check():
-    result = run(sys.executable, "-m", "ruff", "check", *PYTHON_TREES, cwd=ROOT)
+    result = run(sys.executable, "-m", "ruff", "check", *RUFF_CONFIG, *PYTHON_TREES, cwd=ROOT)
     assert result.returncode == 0, result.stdout
 
 
@@ -25,6 +27,7 @@ def test_ruff_format():
         "ruff",
         "format",
         "--check",
+        *RUFF_CONFIG,
         *PYTHON_TREES,
         cwd=ROOT,
     )
