@@ -21,7 +21,7 @@ PACKAGE ?= aipu-dkms
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
-.PHONY: deps fetch patch quilt-tree deb repo lint-debian autopkgtest piuparts module test test-oldest k8s \
+.PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest k8s \
 	lint check-kernels bench bench-busy bench-tables clean
 
 deps: $(DEPS_STAMP)
@@ -50,6 +50,11 @@ deb: $(DEPS_STAMP)
 		$(BUILD_TOOL) --package $$package deb --build-dir $(BUILD)/$$package --dist $(DIST); \
 	done
 	$(BUILD_TOOL) npuctl-deb --build-dir $(BUILD)/npuctl --dist $(DIST)
+
+## drivers-data: npuctl's drivers.json from dkms/*.yaml (commit it; 'make deb' and the tests
+## fail when it is out of date)
+drivers-data: $(DEPS_STAMP)
+	$(BUILD_TOOL) npuctl-drivers
 
 ## lint-debian: a newer Debian's lintian and appstreamcli on dist/, in a chroot (root)
 LINT_SUITE ?= trixie

@@ -71,7 +71,7 @@ def test_dkms_conf_passes_package_version_to_modinfo(dkms_conf):
 
 
 def test_udev_rule_is_not_world_writable(config):
-    rule = render_file(config.udev_template, template_context(config))
+    rule = render_file(config.board_files[0].source, template_context(config))
     match = [line for line in rule.splitlines() if line and not line.startswith("#")]
     assert len(match) == 1
     assert 'SUBSYSTEM=="misc", KERNEL=="aipu"' in match[0]
@@ -199,6 +199,6 @@ def test_rocket_builds_only_where_accel_is_on_and_rocket_is_not(
 def test_rocket_passes_its_version_and_gives_accel_to_render(rocket_conf):
     assert "ROCKET_MODULE_VERSION=#MODULE_VERSION#" in _source(rocket_conf, "aarch64", "MAKE[0]")
     config = load_package("rocket-dkms")
-    rule = render_file(config.udev_template, template_context(config))
+    rule = render_file(config.board_files[0].source, template_context(config))
     lines = [line for line in rule.splitlines() if line and not line.startswith("#")]
     assert lines == ['SUBSYSTEM=="accel", KERNEL=="accel[0-9]*", GROUP="render", MODE="0660"']

@@ -29,6 +29,7 @@ class BoardImage:
         self.write("sys/bus/platform/devices/CIXH4000:00/power/control", "on")
         self.write("etc/group", f"root:x:0:\nrender:x:{RENDER_GID}:opi\n")
         self.write("usr/lib/udev/rules.d/60-aipu-dkms.rules", 'KERNEL=="aipu", MODE="0660"\n')
+        self.write("usr/lib/udev/rules.d/61-aipu-dkms-runtime-pm.rules", 'ATTR{power/control}="on"')
         self.device(0o660)
         self.dkms_status(f"aipu/{VERSION}, {RELEASE}, aarch64: installed")
         self.modinfo(f"/lib/modules/{RELEASE}/updates/dkms/aipu.ko", RELEASE)

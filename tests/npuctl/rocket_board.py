@@ -11,7 +11,7 @@ from pathlib import Path
 from .board_image import RENDER_GID, BoardImage
 
 RELEASE = "7.3.4+bpo-arm64"
-VERSION = "7.2.8-1"
+VERSION = "7.2.8"
 CORES = ("fdab0000", "fdac0000", "fdad0000")
 DEVICE = "dev/accel/accel0"
 
@@ -37,8 +37,18 @@ class RocketBoard(BoardImage):
             "# CONFIG_DRM_ACCEL_ROCKET is not set\n",
         )
         (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
+        self.write(f"lib/modules/{RELEASE}/updates/dkms/rocket.ko.xz", "module")
+        self.write(
+            f"usr/src/rocket-{VERSION}/dkms.conf", 'PACKAGE_NAME="rocket"\nAUTOINSTALL="yes"\n'
+        )
         (root / "sys/module/rocket").mkdir(parents=True)
+        for address in CORES:
+            (root / f"sys/bus/platform/drivers/rocket/{address}.npu").mkdir(parents=True)
+        self.write("usr/lib/udev/rules.d/60-rocket-dkms.rules", 'SUBSYSTEM=="accel", MODE="0660"')
+        self.write("usr/lib/modprobe.d/rocket-dkms-blacklist-rknpu.conf", "blacklist rknpu")
         self.dkms_status(f"rocket/{VERSION}, {RELEASE}, aarch64: installed")
+        self.modinfo(f"/lib/modules/{RELEASE}/updates/dkms/rocket.ko.xz", RELEASE)
+        self.secure_boot(enabled=False, enrolled=False)
         self.dmesg(
             "".join(
                 f"[    4.{n}] rocket {a}.npu: Rockchip NPU core {n} version: 1179210309\n"

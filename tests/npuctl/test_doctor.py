@@ -241,10 +241,20 @@ def test_unreadable_proc_entry(board, image):
 
 
 def test_runtime_pm_auto_is_a_warning(board, image, models):
-    image.write("sys/bus/platform/devices/CIXH4000:00/power/control", "auto")
+    control = "/sys/bus/platform/devices/CIXH4000:00/power/control"
+    image.write(control.lstrip("/"), "auto")
     code, checks = doctor(board, image)
     assert code == 10
-    assert checks["module.runtime-pm"]["fix"] == "sudo npuctl provision --only runtime-pm"
+    assert checks["module.runtime-pm"]["fix"] == f"echo on | sudo tee {control}"
+    assert "61-aipu-dkms-runtime-pm.rules keeps it 'on'" in checks["module.runtime-pm"]["detail"]
+
+
+def test_runtime_pm_without_the_packages_rule_says_reinstall(board, image, models):
+    image.write("sys/bus/platform/devices/CIXH4000:00/power/control", "auto")
+    image.remove("usr/lib/udev/rules.d/61-aipu-dkms-runtime-pm.rules")
+    code, checks = doctor(board, image)
+    assert code == 10
+    assert checks["module.runtime-pm"]["fix"] == "sudo apt install --reinstall aipu-dkms"
 
 
 def test_bundle_holds_the_report_and_nothing_private(board, image, tmp_path):

@@ -108,7 +108,7 @@ def breaks(name):
             lambda i: (i.root / "sys/module/rknpu").mkdir(parents=True),
             "vendor.rknpu",
             "rknpu is loaded",
-            "sudo npuctl provision --only rknpu-blacklist",
+            "sudo update-initramfs -u && sudo reboot",
         ),
         "no-accel": (
             lambda i: i.write(f"boot/config-{RELEASE}", "# CONFIG_DRM_ACCEL is not set\n"),
@@ -118,15 +118,35 @@ def breaks(name):
         ),
         "not-built": (
             lambda i: (i.remove("sys/module/rocket"), i.dkms_status("")),
-            "module.rocket",
-            "not built for",
-            "rocket-dkms",
+            "dkms.installed",
+            "is absent for the running kernel",
+            "sudo dkms install rocket/7.2.8 -k",
         ),
         "not-loaded": (
             lambda i: i.remove("sys/module/rocket"),
-            "module.rocket",
-            "installed by DKMS",
+            "module.loaded",
+            "rocket is not loaded",
             "sudo modprobe rocket",
+        ),
+        "no-headers": (
+            lambda i: i.remove(f"lib/modules/{RELEASE}/build"),
+            "kernel.headers",
+            "no headers, DKMS cannot build",
+            f"sudo apt install linux-headers-{RELEASE}",
+        ),
+        "secure-boot-key": (
+            lambda i: i.secure_boot(enabled=True, enrolled=False),
+            "secureboot",
+            "the kernel refuses rocket.ko",
+            "sudo mokutil --import /var/lib/dkms/mok.pub",
+        ),
+        "shadowed": (
+            lambda i: i.modinfo(
+                f"/lib/modules/{RELEASE}/kernel/drivers/accel/rocket/rocket.ko.xz", "7.3.1-arm64"
+            ),
+            "module.file",
+            "not the DKMS build for this kernel",
+            "sudo rm /lib/modules/",
         ),
         "two-cores": (
             lambda i: i.dmesg(
@@ -180,6 +200,9 @@ def breaks(name):
         "no-accel",
         "not-built",
         "not-loaded",
+        "no-headers",
+        "secure-boot-key",
+        "shadowed",
         "two-cores",
         "no-device",
         "world-writable",
@@ -198,11 +221,24 @@ def test_each_broken_thing_has_its_finding_and_fix(rocket, image, scenario):
     assert fix in checks[finding]["fix"]
 
 
+def test_a_kernel_with_its_own_rocket_needs_no_dkms(rocket, image):
+    image.write(
+        f"boot/config-{RELEASE}",
+        "CONFIG_ARM64=y\nCONFIG_DRM_ACCEL=y\nCONFIG_DRM_ACCEL_ROCKET=m\n",
+    )
+    image.dkms_status("")
+    image.modinfo(f"/lib/modules/{RELEASE}/kernel/drivers/accel/rocket/rocket.ko.xz", RELEASE)
+    code, checks = doctor(rocket, image, "--quick")
+    assert code == 0, not_ok(checks)
+    assert "has its own rocket (CONFIG_DRM_ACCEL_ROCKET=m)" in checks["dkms.installed"]["summary"]
+    assert checks["module.file"]["summary"].endswith("kernel/drivers/accel/rocket/rocket.ko.xz")
+
+
 def test_a_failed_kernel_side_skips_the_delegate_probe(rocket, image):
     image.remove("sys/module/rocket")
     _, checks = doctor(rocket, image, "--quick")
-    assert checks["device"]["status"] == "skipped"
-    assert checks["delegate"]["status"] == "skipped"
+    assert checks["device.node"]["status"] == "skipped"
+    assert checks["delegate.probe"]["status"] == "skipped"
     assert checks["teflon.installed"]["status"] == "ok"  # user space is still checked
 
 

@@ -2,11 +2,15 @@
 applied once (idempotent), and --undo."""
 
 import os
+from pathlib import Path
 
 import pytest
 
 from .rocket_board import RocketBoard
 from .test_cli_run import one_line_error
+
+# The files provision installs, as the project keeps them.
+PROVISION = Path(__file__).resolve().parents[2] / "provision" / "npuctl"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="board images need root (mknod)")
 
@@ -39,7 +43,7 @@ def calls(image):
     return path.read_text().splitlines() if path.exists() else []
 
 
-ACTIONS = ("group", "backports", "teflon-pin", "teflon", "rknpu-blacklist", "litert")
+ACTIONS = ("group", "backports", "teflon-pin", "teflon", "litert")
 
 
 def only(*names):
@@ -54,7 +58,6 @@ def test_dry_run_shows_the_apt_lines_and_changes_nothing(rocket, image):
     assert "    apt-get install -y -t trixie-backports mesa-teflon-delegate" in out
     assert "Pin: release n=trixie-backports" in out
     assert "Suites: trixie-backports" in out
-    assert "blacklist rknpu" in out
     assert calls(image) == []
     assert not (image.root / "etc/apt/preferences.d").exists()
 
@@ -62,14 +65,13 @@ def test_dry_run_shows_the_apt_lines_and_changes_nothing(rocket, image):
 def test_apply_is_idempotent_and_undo_reverses(rocket, image):
     first = provision(rocket, image, *only(*ACTIONS))
     assert first.returncode == 0, first.stderr
-    pin = (image.root / "etc/apt/preferences.d/npuctl-teflon.pref").read_text()
-    assert "Package: mesa-teflon-delegate" in pin and "Pin-Priority: 500" in pin
-    assert (image.root / "etc/apt/preferences.d/npuctl-teflon.pref").stat().st_mode & 0o777 == (
-        0o644
-    )
+    pin = image.root / "etc/apt/preferences.d/npuctl-teflon.pref"
+    assert pin.read_bytes() == (PROVISION / "rocket/npuctl-teflon.pref").read_bytes()
+    assert "Package: mesa-teflon-delegate" in pin.read_text()
+    assert pin.stat().st_mode & 0o777 == 0o644
+    source = image.root / "etc/apt/sources.list.d/npuctl-trixie-backports.sources"
     assert (
-        "install rknpu /bin/false"
-        in (image.root / "etc/modprobe.d/npuctl-rknpu-blacklist.conf").read_text()
+        source.read_bytes() == (PROVISION / "rocket/npuctl-trixie-backports.sources").read_bytes()
     )
     assert "render:x:109:opi" in (image.root / "etc/group").read_text()
     assert "apt-get install -y -t trixie-backports mesa-teflon-delegate" in calls(image)
@@ -81,10 +83,9 @@ def test_apply_is_idempotent_and_undo_reverses(rocket, image):
     assert again.returncode == 0, again.stderr
     assert all(line.startswith("[already]") for line in again.stdout.splitlines()), again.stdout
 
-    undone = provision(rocket, image, "--undo", *only("teflon-pin", "rknpu-blacklist", "litert"))
+    undone = provision(rocket, image, "--undo", *only("backports", "teflon-pin", "litert"))
     assert undone.returncode == 0, undone.stderr
-    assert not (image.root / "etc/apt/preferences.d/npuctl-teflon.pref").exists()
-    assert not (image.root / "etc/modprobe.d/npuctl-rknpu-blacklist.conf").exists()
+    assert not pin.exists() and not source.exists()
     assert not (image.root / "var/lib/npuctl/python").exists()
 
 
@@ -97,12 +98,14 @@ def test_an_existing_backports_source_is_enough(rocket, image):
     assert result.stdout.startswith("[already] backports"), result.stdout
 
 
-def test_the_blacklist_is_proposed_only_where_rknpu_exists(rocket, image):
-    assert "rknpu-blacklist" in provision(rocket, image, "--dry-run").stdout
-    image.remove("sys/module/rknpu")
-    assert "rknpu-blacklist" not in provision(rocket, image, "--dry-run").stdout
+def test_the_vendor_driver_is_kept_out_by_the_package_not_an_action(rocket, image):
+    """Every RK3588 board needs it, so rocket-dkms ships it (tests/test_rocket_package.py)."""
+    result = provision(rocket, image, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    actions = [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("[")]
+    assert actions == [f"[would do] {name}" for name in (*ACTIONS, "models")]
 
 
 def test_an_action_of_the_other_platform(rocket, image):
-    line = one_line_error(provision(rocket, image, "--dry-run", "--only", "runtime-pm"), 2)
-    assert "runtime-pm: not an action of rocket" in line
+    line = one_line_error(provision(rocket, image, "--dry-run", "--only", "ld-path"), 2)
+    assert "ld-path: not an action of rocket" in line

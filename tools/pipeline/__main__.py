@@ -22,6 +22,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("packages", help="list the driver packages")
+    drivers = commands.add_parser(
+        "npuctl-drivers", help="write npuctl's drivers.json from dkms/*.yaml"
+    )
+    drivers.add_argument("--check", action="store_true", help="only fail if it is out of date")
     commands.add_parser("fetch", help="get, verify and cache the upstream driver subtree")
     commands.add_parser("upstream-path", help="print the cached upstream tree, if verified")
     patched = commands.add_parser("patch", help="write upstream + patches/ to a folder")
@@ -71,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "packages":
             print("\n".join(package_names()))
+            return ExitCode.OK
+        if args.command == "npuctl-drivers":
+            from . import npuctl_drivers
+
+            if args.check:
+                npuctl_drivers.check()
+            else:
+                print(npuctl_drivers.write())
             return ExitCode.OK
         if args.config is None:
             args.config = config_path(args.package)

@@ -1,8 +1,8 @@
-"""Load a driver package's description and derive every value the templates and the pipeline
-use. Each driver package is described once, in dkms/<name>.yaml (upstream source and pin,
-kernel gate, device); its quilt series is patches/<name>/ and its udev rule
-provision/<name>.udev.rules.j2. The templates (dkms/dkms.conf.j2, debian/dkms/) and the code
-here serve every one of them."""
+"""Load a driver's description and derive every value the templates, the pipeline, the kernel
+lab and npuctl use. Each driver is described once, in dkms/<name>.yaml (upstream source and
+pin, kernel gate, device, firmware ids, the board files its package ships, how the lab makes
+it probe); its quilt series is patches/<name>/ and its board files provision/<name>/. The
+templates (dkms/dkms.conf.j2, debian/dkms/) and the code here serve every one of them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .errors import BuildError, ExitCode
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DKMS_DIR = REPO_ROOT / "dkms"  # one <package>.yaml per driver package, dkms.conf.j2
 PATCHES_ROOT = REPO_ROOT / "patches"  # <package>/: a quilt series
-PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>.udev.rules.j2 ...
+PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>/ and npuctl's
 DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
 METAINFO_TEMPLATE = REPO_ROOT / "debian" / "dkms-metainfo.xml.j2"  # its AppStream metadata
 DEFAULT_PACKAGE = "aipu-dkms"
@@ -76,6 +76,31 @@ class Upstream:
         )
 
 
+@dataclass(frozen=True)
+class BoardFile:
+    """A file of provision/<package>/ the driver package installs on every board."""
+
+    source: Path  # provision/<package>/<file>; a .j2 is rendered
+    directory: str  # where it goes, without the leading slash ("usr/lib/udev/rules.d")
+
+    @property
+    def name(self) -> str:
+        return self.source.name.removesuffix(".j2")
+
+    @property
+    def installed_path(self) -> str:
+        return f"/{self.directory}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Lab:
+    """How the kernel lab makes the module probe in QEMU."""
+
+    device_tree_node: str  # added to QEMU's own device tree
+    probe_evidence: str  # text in the kernel log once the probe has run
+    acpi: bool  # boots with the ACPI descriptions of tools/kernel_lab/acpi too
+
+
 def _web(repository: str) -> str:
     return repository.removesuffix(".git")
 
@@ -84,6 +109,8 @@ def _web(repository: str) -> str:
 class Config:
     name: str
     module: str
+    platform_driver: str  # /sys/bus/platform/drivers/<name>
+    npuctl_platform: str  # npuctl's platform package for this NPU
     upstream_version: str
     debian_revision: str
     maintainer: str
@@ -105,6 +132,10 @@ class Config:
     install: tuple[str, ...]  # top-level paths of the patched tree that go to /usr/src
     make_arguments: str  # extra arguments of the DKMS make line
     device: dict[str, str]
+    acpi_ids: tuple[str, ...]
+    compatibles: tuple[str, ...]  # device-tree compatible patterns (fnmatch)
+    board_files: tuple[BoardFile, ...]
+    lab: Lab
     appstream: dict[str, Any]
     directory: Path
     local_suffix: str = ""  # only for test builds of a "next" version
@@ -114,8 +145,14 @@ class Config:
         return PATCHES_ROOT / self.name
 
     @property
-    def udev_template(self) -> Path:
-        return PROVISION_DIR / f"{self.name}.udev.rules.j2"
+    def modaliases(self) -> tuple[str, ...]:
+        """The firmware ids as udev modalias patterns (AppStream's provides)."""
+        acpi = tuple(f"acpi*:{acpi_id}:*" for acpi_id in self.acpi_ids)
+        device_tree = tuple(
+            f"of:N*T*C{pattern}" + ("" if pattern.endswith("*") else "*")
+            for pattern in self.compatibles
+        )
+        return acpi + device_tree
 
     @property
     def appstream_id(self) -> str:
@@ -266,6 +303,17 @@ def _upstream(data: dict[str, Any], path: Path) -> Upstream:
     return upstream
 
 
+def _board_file(package: str, item: Any, path: Path) -> BoardFile:
+    if not isinstance(item, dict) or not {"file", "to"} <= set(item):
+        raise BuildError(f"{path}: each board_files entry needs 'file' and 'to'", ExitCode.USAGE)
+    source = PROVISION_DIR / package / str(item["file"])
+    if not source.is_file():
+        raise BuildError(
+            f"{path}: board file {source.relative_to(REPO_ROOT)} does not exist", ExitCode.USAGE
+        )
+    return BoardFile(source, str(item["to"]).strip("/"))
+
+
 def load_config(path: Path = DEFAULT_CONFIG) -> Config:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -280,9 +328,13 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         return str(_require(data, key, path))
 
     gate = _require(data, "kernel.config_gate", path)
+    name = text("package.name")
+    lab = _require(data, "lab", path)
     config = Config(
-        name=text("package.name"),
+        name=name,
         module=text("package.module"),
+        platform_driver=text("package.platform_driver"),
+        npuctl_platform=text("package.npuctl_platform"),
         upstream_version=text("package.upstream_version"),
         debian_revision=text("package.debian_revision"),
         maintainer=text("package.maintainer"),
@@ -302,6 +354,16 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         install=tuple(str(item) for item in _require(data, "dkms.install", path)),
         make_arguments=str(data.get("dkms", {}).get("make_arguments", "")),
         device={key: str(value) for key, value in _require(data, "device", path).items()},
+        acpi_ids=tuple(str(item) for item in _require(data, "firmware.acpi_ids", path) or ()),
+        compatibles=tuple(str(item) for item in _require(data, "firmware.compatibles", path) or ()),
+        board_files=tuple(
+            _board_file(name, item, path) for item in _require(data, "board_files", path)
+        ),
+        lab=Lab(
+            device_tree_node=str(_require(data, "lab.device_tree_node", path)),
+            probe_evidence=text("lab.probe_evidence"),
+            acpi=bool(lab.get("acpi", False)),
+        ),
         appstream=dict(_require(data, "appstream", path)),
         directory=path.resolve().parent,
     )

@@ -11,6 +11,7 @@ from .atomic import replaced_directory
 from .config import REPO_ROOT, Config
 from .package import dpkg_buildpackage
 from .render import render_tree
+from .npuctl_drivers import check as check_drivers_data
 from .tools import require_tool
 
 NPUCTL = REPO_ROOT / "npuctl"
@@ -63,6 +64,7 @@ def build_npuctl_package(
 ) -> list[Path]:
     for tool in ("dpkg-buildpackage", "dh", "lintian"):
         require_tool(tool)
+    check_drivers_data()
     build_dir = build_dir.resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     tree = npuctl_source_tree(config, build_dir)

@@ -70,12 +70,16 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
     context = template_context(config, upstream)
     render_tree(DEBIAN_TEMPLATES, debian, context)
     write_atomically(debian / f"{config.name}.dkms", render_file(DKMS_TEMPLATE, context))
-    # Installed by path, not by dh_installudev: bookworm's debhelper would put it under the
-    # aliased /lib (lintian's aliased-location on trixie); udev reads /usr/lib on bookworm too.
-    write_atomically(
-        debian / "udev" / f"60-{config.name}.rules",
-        render_file(config.udev_template, context),
-    )
+    # Installed by path (debian/board/ in <package>.install), not by dh_installudev:
+    # bookworm's debhelper would put udev rules under the aliased /lib (lintian's
+    # aliased-location on trixie); udev and modprobe read /usr/lib on bookworm too.
+    for board_file in config.board_files:
+        text = (
+            render_file(board_file.source, context)
+            if board_file.source.suffix == ".j2"
+            else board_file.source.read_text(encoding="utf-8")
+        )
+        write_atomically(debian / "board" / board_file.name, text)
     write_atomically(
         debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
         render_file(METAINFO_TEMPLATE, context),

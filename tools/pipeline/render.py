@@ -1,4 +1,4 @@
-"""Render the Jinja templates (dkms/dkms.conf.j2, debian/dkms/ and the package's udev rule
+"""Render the Jinja templates (dkms/dkms.conf.j2, debian/dkms/ and the package's board files
 in provision/) from one context built from the package's dkms/<name>.yaml."""
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def template_context(config: Config, upstream_tree: Path | None = None) -> dict[
         "homepage": config.homepage,
         "appstream_id": config.appstream_id,
         "appstream": config.appstream,
+        "modaliases": list(config.modaliases),
+        "platform_driver": config.platform_driver,
+        "board_files": list(config.board_files),
         "summary": config.summary,
         "takes_over": list(config.takes_over),
         "upstream": config.upstream,

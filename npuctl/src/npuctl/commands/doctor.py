@@ -12,12 +12,13 @@ import click
 from .. import __version__
 from ..cli import Settings, pass_settings
 from ..doctor.bundle import write_bundle
+from ..doctor.dkms_driver import DriverChecks
 from ..doctor.nfd import problem_detector, write_features
 from ..doctor.run import Options, run_doctor
+from ..drivers import for_platform
 from ..errors import ExitCode, InputError
 from ..output import emit_json
 from ..params import root_option
-from ..platforms import by_name
 from ..system import Identity, System
 
 
@@ -91,14 +92,14 @@ def doctor(
         click.echo(report.render())
     if bundle is not None:
         platform = report.facts.get("platform")
-        checks = by_name(str(platform)).module("doctor") if platform else None
+        driver = for_platform(str(platform)) if platform else None
         write_bundle(
             bundle,
             report,
             system,
             __version__,
-            checks.MODULE if checks else "",
-            checks.kernel_log(system) if checks else [],
+            driver.module if driver else "",
+            DriverChecks(system, driver, report).kernel_log() if driver else [],
         )
         click.echo(f"support bundle: {bundle}", err=True)
     code = report.exit_code

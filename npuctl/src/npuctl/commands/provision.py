@@ -63,9 +63,9 @@ def provision(
 ) -> None:
     """Finish the board set-up for its NPU family (idempotent).
 
-    Zhouyi: device group, NPU power, models, libnoe. Rocket: render group, Mesa Teflon from
-    trixie-backports with an apt pin, the vendor rknpu driver blacklisted, the TFLite runtime,
-    the models."""
+    Zhouyi: device group, models, libnoe. Rocket: render group, Mesa Teflon from
+    trixie-backports with an apt pin, the TFLite runtime, the models. What every board of a
+    family needs (udev rules, NPU power, the rknpu blacklist) comes with its driver package."""
     system = System(root)
     platform = _platform(system, settings.platform)
     actions_module = platform.module("provision")

@@ -100,55 +100,29 @@ class Request:
     options: dict[str, object]  # the platform's own provision options
 
 
-NFD_SERVICE = "/etc/systemd/system/npuctl-nfd.service"
-NFD_TIMER = "/etc/systemd/system/npuctl-nfd.timer"
-
-
 def nfd_action(system: System) -> Action:
     """A timer that runs the doctor every 5 minutes and writes Node Feature Discovery labels
     that expire after 15: a node whose NPU (or whose timer) dies loses its healthy label."""
-    service = (
-        "[Unit]\nDescription=npuctl: Node Feature Discovery labels of the NPU\n\n"
-        "[Service]\nType=oneshot\n"
-        "ExecStart=/usr/bin/npuctl doctor --quick --nfd "
-        "/etc/kubernetes/node-feature-discovery/features.d/npuctl --nfd-expiry 15\n"
-        # The exit codes of findings (10, 11) are for the labels to say, not a unit failure.
-        "SuccessExitStatus=10 11\n"
-    )
-    timer = (
-        "[Unit]\nDescription=npuctl: refresh the NPU's Node Feature Discovery labels\n\n"
-        "[Timer]\nOnBootSec=1min\nOnUnitActiveSec=5min\n\n"
-        "[Install]\nWantedBy=timers.target\n"
-    )
+    from .site_files import file_action
 
-    def apply() -> None:
-        write_file(system, NFD_SERVICE, service)
-        write_file(system, NFD_TIMER, timer)
+    def start() -> None:
         if system.is_real:
             run_command(system, "systemctl", "daemon-reload")
             run_command(system, "systemctl", "enable", "--now", "npuctl-nfd.timer")
 
-    def undo() -> None:
+    def stop() -> None:
         if system.is_real:
             run_command(system, "systemctl", "disable", "--now", "npuctl-nfd.timer")
-        for unit in (NFD_SERVICE, NFD_TIMER):
-            system.path(unit).unlink(missing_ok=True)
-        system.path("/etc/kubernetes/node-feature-discovery/features.d/npuctl").unlink(
-            missing_ok=True
-        )
 
-    return Action(
+    return file_action(
+        system,
         "nfd",
         "label this node for Kubernetes (Node Feature Discovery), refreshed every 5 minutes",
-        lambda: system.path(NFD_TIMER).exists() and system.path(NFD_SERVICE).exists(),
-        apply,
-        undo,
-        (
-            f"write {NFD_SERVICE}:",
-            *[f"    {line}" for line in service.splitlines()],
-            f"write {NFD_TIMER}:",
-            *[f"    {line}" for line in timer.splitlines()],
-            "systemctl daemon-reload",
-            "systemctl enable --now npuctl-nfd.timer",
-        ),
+        after_apply=start,
+        before_undo=stop,
+        after_undo=lambda: system.path(NFD_LABELS).unlink(missing_ok=True),
+        commands=("systemctl daemon-reload", "systemctl enable --now npuctl-nfd.timer"),
     )
+
+
+NFD_LABELS = "/etc/kubernetes/node-feature-discovery/features.d/npuctl"

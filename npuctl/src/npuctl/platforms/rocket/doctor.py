@@ -1,17 +1,20 @@
-"""The rocket checks in dependency order: SoC and device tree, the vendor rknpu stack, the
-kernel's accel core, the rocket module, the three cores, /dev/accel/accel0, Mesa Teflon, the
-TFLite runtime, a delegate probe in a child, memory (the >4 GB IOMMU bug), and the golden
-check (NPU against CPU). A failed prerequisite skips what depends on it, saying why."""
+"""The rocket checks as a declared chain: SoC and device tree, the vendor rknpu stack, the
+kernel's accel core, the rocket driver's shared checks (headers, DKMS or the kernel's own
+copy, Secure Boot, the module, bound), the three cores, the device node, then Mesa Teflon,
+the TFLite runtime, memory (the >4 GB IOMMU bug), a delegate probe in a child and the golden
+check (NPU against CPU). A step whose needs failed is skipped, saying why."""
 
 from __future__ import annotations
 
 import re
-import stat
 from pathlib import Path
 
 from npuctl.child import run_module
+from npuctl.doctor.chain import Step, run_chain
+from npuctl.doctor.dkms_driver import DriverChecks, kernel_config
 from npuctl.doctor.findings import NO_NPU_FIX, Finding, Report, Status, skip
 from npuctl.doctor.run import Options, board_name
+from npuctl.drivers import for_platform
 from npuctl.models.store import Lock, verify
 from npuctl.system import System
 
@@ -20,66 +23,95 @@ from .golden import TOLERANCE
 from .probe import LOADED, NO_DEVICE
 from .probe import MODULE as PROBE_MODULE
 
-MODULE = "rocket"
-CORE = "rockchip,rk3588-rknn-core"
-DEVICE = "/dev/accel/accel0"
+DRIVER = for_platform("rocket")
+CORE = DRIVER.compatibles[0]
 TEFLON_PACKAGE = "mesa-teflon-delegate"
 TEFLON_MINIMUM = (25, 3)  # Mesa added the rocket driver to Teflon in 25.3
 TEFLON_FIX = "sudo npuctl provision --only backports --only teflon-pin --only teflon"
 CORES = 3
 MEMORY_LIMIT_KB = 4 * 1024 * 1024
 MEMORY_WORKAROUND = "mem=3838M"
-
-
-def kernel_log(system: System) -> list[str]:
-    result = system.run("dmesg")
-    if result is None or not result.ok:
-        return []
-    return [line for line in result.stdout.splitlines() if re.search(r"rocket|rknpu|npu", line)]
+# The modprobe.d file of rocket-dkms that keeps the vendor's rknpu from loading.
+BLACKLIST = next(iter(DRIVER.board_files_named("blacklist-rknpu.conf")), "")
 
 
 def check(system: System, options: Options, report: Report) -> None:
     delegate = Path(str(options.platform_options.get("delegate") or DEFAULT_DELEGATE))
-    steps = [
-        ("platform", "SoC and NPU device tree", _platform),
-        ("vendor", "Vendor rknpu stack", _vendor),
-        ("kernel", "Kernel accel core", _kernel),
-        ("module", "rocket module", _module),
-        ("cores", "NPU cores", _cores),
-        ("device", DEVICE, _device),
-    ]
-    for index, (_area, what, step) in enumerate(steps):
-        if not step(system, report):
-            for later_area, later_what, _ in steps[index + 1 :]:
-                skip(report, later_area, later_area, later_what, f"{what.lower()} failed")
-            if index == 0:  # not an RK3588 with its NPU: user space is beside the point
-                skip(report, "user-space", "teflon", "Teflon, runtime and NPU", "no RK3588 NPU")
-            else:
-                _user_space(system, options, report, delegate, kernel_ready=False)
-            return
-    _user_space(system, options, report, delegate, kernel_ready=True)
-
-
-def _user_space(
-    system: System, options: Options, report: Report, delegate: Path, kernel_ready: bool
-) -> None:
-    teflon = _teflon(system, report, delegate)
-    runtime = _runtime(report)
-    _memory(system, report)
-    if not (teflon and kernel_ready):
-        reason = "the kernel side is not ready" if teflon else "Teflon is not usable"
-        skip(report, "delegate", "delegate", "Delegate probe", reason)
-        skip(report, "golden", "golden", "Golden check", reason)
+    if not _platform(system, report):
+        for finding_id, what in (
+            ("kernel", "Kernel, DKMS, module and device"),
+            ("user-space", "Teflon, runtime and NPU"),
+        ):
+            skip(report, finding_id, finding_id.split("-")[0], what, "no RK3588 NPU")
         return
-    if not _delegate_probe(system, report, delegate, options.timeout_s):
-        skip(report, "golden", "golden", "Golden check", "the delegate does not load")
-        return
-    if options.quick:
-        skip(report, "golden", "golden", "Golden check", "--quick")
-    elif not runtime:
-        skip(report, "golden", "golden", "Golden check", "no TFLite runtime")
-    else:
-        _golden(system, options, report, delegate)
+    driver = DriverChecks(system, DRIVER, report)
+
+    def golden() -> bool | None:
+        if options.quick:
+            skip(report, "golden", "golden", "Golden check", "--quick")
+            return None
+        return _golden(system, options, report, delegate)
+
+    run_chain(
+        [
+            Step(
+                "vendor",
+                "vendor.rknpu",
+                "vendor",
+                "Vendor rknpu stack",
+                lambda: _vendor(system, report),
+                failed="the vendor rknpu driver holds the NPU",
+            ),
+            Step(
+                "kernel",
+                "kernel.accel",
+                "kernel",
+                "Kernel accel core",
+                lambda: _kernel(system, report),
+                ("vendor",),
+                "the kernel has no DRM accel core",
+            ),
+            *driver.steps(needs=("kernel",)),
+            Step(
+                "cores",
+                "cores.probed",
+                "cores",
+                "NPU cores",
+                lambda: _cores(system, report),
+                ("bound",),
+                "the NPU cores did not probe",
+            ),
+            driver.device_step(needs=("cores",)),
+            Step(
+                "teflon",
+                "teflon.installed",
+                "teflon",
+                "Mesa Teflon",
+                lambda: _teflon(system, report, delegate),
+                failed="Teflon is not usable",
+            ),
+            Step(
+                "runtime",
+                "runtime.litert",
+                "runtime",
+                "TFLite runtime",
+                lambda: _runtime(report),
+                failed="no TFLite runtime",
+            ),
+            Step("memory", "memory.iommu", "memory", "Memory", lambda: _memory(system, report)),
+            Step(
+                "delegate",
+                "delegate.probe",
+                "delegate",
+                "Delegate probe",
+                lambda: _delegate_probe(system, report, delegate, options.timeout_s),
+                ("teflon", "device"),
+                "the delegate does not load",
+            ),
+            Step("golden", "golden", "golden", "Golden check", golden, ("delegate", "runtime")),
+        ],
+        report,
+    )
 
 
 def _platform(system: System, report: Report) -> bool:
@@ -160,23 +192,19 @@ def _vendor(system: System, report: Report) -> bool:
                 Status.FAIL,
                 f"Vendor NPU driver rknpu is loaded ({', '.join(traces + drm)}): it and rocket "
                 "cannot share the NPU",
-                fix="sudo npuctl provision --only rknpu-blacklist && sudo reboot",
+                "rocket-dkms blacklists rknpu (" + (BLACKLIST or "its modprobe.d file") + "); "
+                "the blacklist takes effect once the initramfs is rebuilt and the board reboots.",
+                fix=(
+                    "sudo update-initramfs -u && sudo reboot"
+                    if BLACKLIST and system.exists(BLACKLIST)
+                    else f"sudo apt install {DRIVER.package} && sudo update-initramfs -u && "
+                    "sudo reboot"
+                ),
             )
         )
         return False
     report.add(Finding("vendor.rknpu", "vendor", Status.OK, "No vendor rknpu driver loaded"))
     return True
-
-
-def kernel_config(system: System) -> dict[str, str] | None:
-    release = system.kernel_release()
-    for path in (f"/boot/config-{release}", f"/lib/modules/{release}/build/.config"):
-        text = system.read(path)
-        if text is not None:
-            return dict(
-                line.split("=", 1) for line in text.splitlines() if line.startswith("CONFIG_")
-            )
-    return None
 
 
 def _kernel(system: System, report: Report) -> bool:
@@ -205,71 +233,10 @@ def _kernel(system: System, report: Report) -> bool:
             )
         )
         return False
-    report.facts["rocket_built_in"] = config.get("CONFIG_DRM_ACCEL_ROCKET") == "y"
     report.add(
         Finding("kernel.accel", "kernel", Status.OK, f"Kernel {release} with the DRM accel core")
     )
     return True
-
-
-def _dkms_state(system: System, release: str) -> str | None:
-    result = system.run("dkms", "status", "-m", MODULE)
-    if result is None:
-        return None
-    for line in result.stdout.splitlines():
-        match = re.match(rf"^{MODULE}/([^,]+), ([^,]+), [^:]+: (\S+)", line.strip())
-        if match and match[2] == release:
-            return match[3].rstrip(",")
-    return "absent"
-
-
-def _module(system: System, report: Report) -> bool:
-    release = system.kernel_release()
-    if report.facts.get("rocket_built_in"):
-        report.add(Finding("module.rocket", "module", Status.OK, "rocket is built into the kernel"))
-        return True
-    state = _dkms_state(system, release)
-    loaded = system.exists("/sys/module/rocket")
-    if loaded:
-        origin = "DKMS" if state == "installed" else "the kernel's own"
-        report.add(Finding("module.rocket", "module", Status.OK, f"rocket loaded ({origin})"))
-        return True
-    if state is None or state == "absent":
-        headers = system.exists(f"/lib/modules/{release}/build")
-        report.add(
-            Finding(
-                "module.rocket",
-                "module",
-                Status.FAIL,
-                f"rocket: not built for {release}",
-                "" if headers else f"No headers for {release}: DKMS cannot build it.",
-                fix="sudo apt install ./rocket-dkms_<version>_all.deb"
-                if headers
-                else f"sudo apt install linux-headers-{release}",
-            )
-        )
-        return False
-    if state != "installed":
-        report.add(
-            Finding(
-                "module.rocket",
-                "module",
-                Status.FAIL,
-                f"rocket: DKMS state {state} for {release}",
-                fix=f"sudo dkms autoinstall -k {release}",
-            )
-        )
-        return False
-    report.add(
-        Finding(
-            "module.rocket",
-            "module",
-            Status.FAIL,
-            f"rocket: installed by DKMS for {release} but not loaded",
-            fix="sudo modprobe rocket",
-        )
-    )
-    return False
 
 
 def _cores(system: System, report: Report) -> bool:
@@ -303,58 +270,6 @@ def _cores(system: System, report: Report) -> bool:
         )
     )
     return False
-
-
-def _device(system: System, report: Report) -> bool:
-    info = system.stat(DEVICE)
-    if info is None or not stat.S_ISCHR(info.st_mode):
-        report.add(
-            Finding(
-                "device.node",
-                "device",
-                Status.FAIL,
-                f"{DEVICE} does not exist" if info is None else f"{DEVICE} is not a device",
-                fix="sudo modprobe rocket",
-            )
-        )
-        return False
-    mode = stat.S_IMODE(info.st_mode)
-    group = system.group_name(info.st_gid)
-    description = f"{DEVICE}: group {group}, mode {mode:04o}"
-    if mode & 0o002:
-        report.add(
-            Finding(
-                "device.node",
-                "device",
-                Status.FAIL,
-                f"{description}: world-writable, any user can drive the NPU",
-                "A rule giving MODE=0666 overrides the package's (group render, 0660).",
-                fix="remove the 0666 accel rule from /etc/udev/rules.d, then sudo udevadm "
-                "trigger --action=add --subsystem-match=accel",
-            )
-        )
-        return False
-    if not system.may_open(info):
-        report.add(
-            Finding(
-                "device.access",
-                "device",
-                Status.FAIL,
-                f"{description}: user {system.identity.name} cannot open it",
-                "Membership takes effect at the next login.",
-                fix=f"sudo usermod -aG {group} {system.identity.name}",
-            )
-        )
-        return False
-    report.add(
-        Finding(
-            "device.node",
-            "device",
-            Status.OK,
-            f"{description}; {system.identity.name} may open it",
-        )
-    )
-    return True
 
 
 def teflon_version(system: System) -> str | None:

@@ -1,5 +1,6 @@
 """Provisioning of an RK3588 board: the render group, Mesa Teflon from trixie-backports with
-an apt pin, the vendor rknpu driver blacklisted, the TFLite runtime, the models."""
+an apt pin (files of provision/npuctl/rocket), the TFLite runtime, the models. The blacklist
+of the vendor's rknpu is no action: every RK3588 board needs it, so rocket-dkms ships it."""
 
 from __future__ import annotations
 
@@ -12,42 +13,19 @@ from npuctl.provision.actions import (
     group_action,
     models_action,
     run_command,
-    write_file,
 )
+from npuctl.provision.site_files import file_action, for_action
 from npuctl.system import System
 
 from .doctor import TEFLON_MINIMUM, TEFLON_PACKAGE, teflon_release, teflon_version
 from .litert import REQUIREMENT, RUNTIME_DIR
 
-ACTIONS = ("group", "backports", "teflon-pin", "teflon", "rknpu-blacklist", "litert", "models")
-BACKPORTS_SOURCE = "/etc/apt/sources.list.d/npuctl-trixie-backports.sources"
-PIN = "/etc/apt/preferences.d/npuctl-teflon.pref"
-BLACKLIST = "/etc/modprobe.d/npuctl-rknpu-blacklist.conf"
+ACTIONS = ("group", "backports", "teflon-pin", "teflon", "litert", "models")
 SUITE = "trixie-backports"  # the suite whose Mesa drives rocket (Mesa >= 25.3)
-
-SOURCE_TEXT = f"""# Mesa's Teflon delegate for the RK3588 NPU (added by npuctl provision)
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: {SUITE}
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-"""
-PIN_TEXT = f"""# Teflon drives rocket from Mesa 25.3 on: follow {SUITE} for it (npuctl provision)
-Package: {TEFLON_PACKAGE}
-Pin: release n={SUITE}
-Pin-Priority: 500
-"""
-BLACKLIST_TEXT = """# The vendor NPU driver and rocket cannot share the NPU (npuctl provision)
-blacklist rknpu
-install rknpu /bin/false
-"""
 
 
 def default_actions(request: Request) -> list[str]:
-    vendor = request.system.exists("/sys/module/rknpu") or bool(
-        request.system.glob("/lib/modules/*/**/rknpu.ko*")
-    )
-    return [name for name in ACTIONS if name != "rknpu-blacklist" or vendor]
+    return list(ACTIONS)
 
 
 def action(name: str, request: Request) -> Action:
@@ -55,39 +33,30 @@ def action(name: str, request: Request) -> Action:
     if name == "group":
         return group_action(system, request.user, request.group)
     if name == "backports":
-        return _file_action(system, name, BACKPORTS_SOURCE, SOURCE_TEXT, f"apt source {SUITE}")
+        return file_action(
+            system,
+            name,
+            f"apt source {SUITE}",
+            is_done=lambda: _has_backports(system),
+        )
     if name == "teflon-pin":
-        return _file_action(system, name, PIN, PIN_TEXT, f"apt pin of {TEFLON_PACKAGE}")
+        return file_action(system, name, f"apt pin of {TEFLON_PACKAGE}")
     if name == "teflon":
         return _teflon_action(system)
-    if name == "rknpu-blacklist":
-        return _file_action(system, name, BLACKLIST, BLACKLIST_TEXT, "rknpu blacklisted")
     if name == "litert":
         return _litert_action(system)
     return models_action(system, request.models_dir, request.fetch_models, "*.tflite")
 
 
 def _has_backports(system: System) -> bool:
+    """Ours, or the user's own source of the suite."""
+    ours = for_action("backports")[0]
+    if system.read(ours.destination) is not None:
+        return system.read(ours.destination) == ours.text().strip()
     sources = [system.read("/etc/apt/sources.list") or ""] + [
         system.read(path) or "" for path in system.glob("/etc/apt/sources.list.d/*")
     ]
     return any(re.search(rf"\b{SUITE}\b", text) for text in sources)
-
-
-def _file_action(system: System, name: str, path: str, text: str, what: str) -> Action:
-    def is_done() -> bool:
-        if name == "backports" and system.read(path) is None:
-            return _has_backports(system)  # the user's own source counts
-        return system.read(path) == text.strip()
-
-    return Action(
-        name,
-        f"{what} ({path})",
-        is_done,
-        lambda: write_file(system, path, text),
-        lambda: system.path(path).unlink(missing_ok=True),
-        commands=tuple(f"{path}: {line}" for line in text.strip().splitlines()),
-    )
 
 
 def _teflon_action(system: System) -> Action:

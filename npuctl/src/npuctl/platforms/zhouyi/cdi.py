@@ -7,11 +7,13 @@ import stat
 from pathlib import Path
 
 from npuctl.cdi.spec import NpuEdits
+from npuctl.drivers import for_platform
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.system import System
 
 from . import PLATFORM
-from .doctor.host import DEVICE_NODE
+
+DEVICE_NODE = for_platform("zhouyi").device_example
 
 
 def edits(system: System, options: dict[str, object]) -> NpuEdits:

@@ -1,5 +1,6 @@
-"""Provisioning of a Zhouyi board: the device group, NPU power, the models, and CIX's
-user-mode driver (libnoe) without its pip postinst."""
+"""Provisioning of a Zhouyi board: the device group, the models, CIX's user-mode driver
+(libnoe) without its pip postinst, and libnoe on the linker path (provision/npuctl/zhouyi).
+Keeping the NPU powered is no action: every board needs it, so aipu-dkms ships the rule."""
 
 from __future__ import annotations
 
@@ -17,23 +18,18 @@ from npuctl.provision.actions import (
     group_action,
     models_action,
     run_command,
-    write_file,
 )
+from npuctl.provision.site_files import file_action
 from npuctl.system import System
 
-CIX_LIBRARY_DIR = "/usr/share/cix/lib"
-LD_CONF = "/etc/ld.so.conf.d/cix-noe.conf"
-RUNTIME_PM_RULE = "/etc/udev/rules.d/61-aipu-runtime-pm.rules"
-RUNTIME_PM_CONTROL = "/sys/bus/platform/devices/CIXH4000:00/power/control"
 UMD_PACKAGE = "cix-noe-umd"
 
-ACTIONS = ("group", "runtime-pm", "models", "umd", "ld-path")
+ACTIONS = ("group", "models", "umd", "ld-path")
 
 
 def default_actions(request: Request) -> list[str]:
     return [
         "group",
-        "runtime-pm",
         "models",
         *(["umd"] if request.options.get("umd_deb") else []),
         *(["ld-path"] if request.options.get("ld_path") else []),
@@ -44,8 +40,6 @@ def action(name: str, request: Request) -> Action:
     system = request.system
     if name == "group":
         return group_action(system, request.user, request.group)
-    if name == "runtime-pm":
-        return runtime_pm_action(system)
     if name == "models":
         return models_action(system, request.models_dir, request.fetch_models, "*.cix")
     if name == "ld-path":
@@ -57,53 +51,13 @@ def action(name: str, request: Request) -> Action:
 
 
 def ld_path_action(system: System) -> Action:
-    text = (
-        f"# libnoe for programs other than npuctl (added by npuctl provision)\n{CIX_LIBRARY_DIR}\n"
-    )
-
-    def apply() -> None:
-        write_file(system, LD_CONF, text)
-        run_command(system, "ldconfig")
-
-    def undo() -> None:
-        system.path(LD_CONF).unlink(missing_ok=True)
-        run_command(system, "ldconfig")
-
-    return Action(
+    return file_action(
+        system,
         "ld-path",
-        f"add {CIX_LIBRARY_DIR} to the dynamic linker path ({LD_CONF})",
-        lambda: system.read(LD_CONF) == text.strip(),
-        apply,
-        undo,
-    )
-
-
-RULE = (
-    "# Runtime power management can stall the NPU: keep it powered (npuctl provision)\n"
-    'ACTION=="add|bind", SUBSYSTEM=="platform", KERNEL=="CIXH4000:00", '
-    'ATTR{power/control}="on"\n'
-)
-
-
-def runtime_pm_action(system: System) -> Action:
-    def set_now(value: str) -> None:  # the rule applies from the next boot; this, at once
-        if system.exists(RUNTIME_PM_CONTROL):
-            system.path(RUNTIME_PM_CONTROL).write_text(f"{value}\n", encoding="utf-8")
-
-    def apply() -> None:
-        write_file(system, RUNTIME_PM_RULE, RULE)
-        set_now("on")
-
-    def undo() -> None:
-        system.path(RUNTIME_PM_RULE).unlink(missing_ok=True)
-        set_now("auto")
-
-    return Action(
-        "runtime-pm",
-        f"keep the NPU powered (power/control=on, {RUNTIME_PM_RULE})",
-        lambda: system.read(RUNTIME_PM_RULE) == RULE.strip(),
-        apply,
-        undo,
+        "add libnoe's folder to the dynamic linker path",
+        after_apply=lambda: run_command(system, "ldconfig"),
+        after_undo=lambda: run_command(system, "ldconfig"),
+        commands=("ldconfig",),
     )
 
 

@@ -1,6 +1,6 @@
-"""The Zhouyi doctor: the machine below libnoe (host), then libnoe and the models (npu)."""
+"""The Zhouyi doctor: the board (host), the aipu driver's shared checks, then libnoe and the
+models (npu), as one declared chain."""
 
 from .chain import check
-from .host import MODULE, kernel_log
 
-__all__ = ["MODULE", "check", "kernel_log"]
+__all__ = ["check"]

@@ -1,17 +1,22 @@
-"""The Zhouyi checks in dependency order: a failed prerequisite skips what depends on it,
-saying why."""
+"""The Zhouyi checks as a declared chain: the board, the aipu driver's shared checks, then
+libnoe and the models. A step whose needs failed is skipped, saying why."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from npuctl.doctor.chain import Step, run_chain
+from npuctl.doctor.dkms_driver import DriverChecks
 from npuctl.doctor.findings import Report, skip
 from npuctl.doctor.run import Options
+from npuctl.drivers import for_platform
 from npuctl.system import System
 
 from .. import DEFAULT_TIMEOUT_MS
 from . import host, npu
 from .noe_paths import check_noe_paths
+
+DRIVER = for_platform("zhouyi")
 
 
 def check(system: System, options: Options, report: Report) -> None:
@@ -24,34 +29,12 @@ def check(system: System, options: Options, report: Report) -> None:
         ):
             skip(report, finding_id, finding_id, what, "no Zhouyi NPU on this machine")
         return
-    headers = host.check_headers(system, report)
-    dkms = (
-        host.check_dkms(system, report)
-        if headers
-        else skip(report, "dkms.installed", "dkms", "DKMS", "no headers for the running kernel")
-        or False
-    )
-    host.check_secure_boot(system, report)
-    module = (
-        host.check_module(system, report)
-        if dkms
-        else skip(report, "module.file", "module", "Module", "DKMS has not installed it") or False
-    )
-    device = (
-        host.check_device(system, report)
-        if module
-        else skip(report, "device.node", "device", "/dev/aipu", "the driver is not bound") or False
-    )
-    library = (
-        npu.check_library(library_path, report, options.timeout_s)
-        if device
-        else (
-            skip(report, "libnoe.context", "libnoe", "libnoe", "/dev/aipu is not usable") or False
-        )
-    )
-    if options.quick:
-        skip(report, "models", "models", "Models", "--quick")
-    elif library:
+    driver = DriverChecks(system, DRIVER, report, explain_unbound=host.explain_unbound)
+
+    def models() -> None:
+        if options.quick:
+            skip(report, "models", "models", "Models", "--quick")
+            return
         npu.check_models(
             options.manifest,
             options.models_dir,
@@ -60,7 +43,29 @@ def check(system: System, options: Options, report: Report) -> None:
             options.timeout_s,
             timeout_ms,
         )
-    else:
-        skip(report, "models", "models", "Models", "libnoe cannot open the NPU")
-    npu.check_text_cleaning(report)
-    check_noe_paths(system, report, options.timeout_s)
+
+    run_chain(
+        [
+            *driver.steps(needs=()),
+            driver.device_step(needs=("bound",)),
+            Step(
+                "libnoe",
+                "libnoe.context",
+                "libnoe",
+                "libnoe",
+                lambda: npu.check_library(library_path, report, options.timeout_s),
+                ("device",),
+                "libnoe cannot open the NPU",
+            ),
+            Step("models", "models", "models", "Models", models, ("libnoe",)),
+            Step("text", "text", "text", "Text cleaning", lambda: npu.check_text_cleaning(report)),
+            Step(
+                "noe-paths",
+                "noe-paths",
+                "libnoe",
+                "libnoe paths",
+                lambda: check_noe_paths(system, report, options.timeout_s),
+            ),
+        ],
+        report,
+    )

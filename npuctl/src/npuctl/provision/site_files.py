@@ -1,0 +1,91 @@
+"""The files 'npuctl provision' installs: the project's provision/npuctl folder, shipped in
+npuctl as provision/files. files.yaml says which action installs which file where; an action
+writes exactly these files and --undo removes exactly these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+
+import yaml
+
+from ..system import System
+from .actions import Action, write_file
+
+FOLDER = files(__package__).joinpath("files")
+
+
+@dataclass(frozen=True)
+class SiteFile:
+    source: str  # relative to provision/npuctl
+    destination: str  # absolute, on the board
+
+    def text(self) -> str:
+        return FOLDER.joinpath(self.source).read_text(encoding="utf-8")
+
+
+@cache
+def _table() -> dict[str, tuple[SiteFile, ...]]:
+    document = yaml.safe_load(FOLDER.joinpath("files.yaml").read_text(encoding="utf-8"))
+    return {
+        action: tuple(SiteFile(str(item["file"]), str(item["to"])) for item in entries)
+        for action, entries in document.items()
+    }
+
+
+def for_action(name: str) -> tuple[SiteFile, ...]:
+    return _table()[name]
+
+
+def destinations() -> dict[str, tuple[str, ...]]:
+    """Every action's files on the board, for the doctor to name."""
+    return {name: tuple(f.destination for f in entries) for name, entries in _table().items()}
+
+
+def installed(system: System, name: str) -> bool:
+    return all(system.read(f.destination) == f.text().strip() for f in for_action(name))
+
+
+def file_action(
+    system: System,
+    name: str,
+    description: str,
+    *,
+    after_apply: Callable[[], None] | None = None,
+    before_undo: Callable[[], None] | None = None,
+    after_undo: Callable[[], None] | None = None,
+    is_done: Callable[[], bool] | None = None,
+    commands: tuple[str, ...] = (),
+) -> Action:
+    """An action that installs its files from provision/npuctl and removes them on --undo."""
+    site_files = for_action(name)
+
+    def apply() -> None:
+        for site_file in site_files:
+            write_file(system, site_file.destination, site_file.text())
+        if after_apply:
+            after_apply()
+
+    def undo() -> None:
+        if before_undo:
+            before_undo()
+        for site_file in site_files:
+            system.path(site_file.destination).unlink(missing_ok=True)
+        if after_undo:
+            after_undo()
+
+    shown: list[str] = []
+    for site_file in site_files:
+        shown.append(f"write {site_file.destination}:")
+        shown.extend(f"    {line}" for line in site_file.text().strip().splitlines())
+    where = ", ".join(site_file.destination for site_file in site_files)
+    return Action(
+        name,
+        f"{description} ({where})",
+        is_done or (lambda: installed(system, name)),
+        apply,
+        undo,
+        (*shown, *commands),
+    )

@@ -1,0 +1,59 @@
+"""Each driver is described once (dkms/<package>.yaml) and every board-side file has one
+owner: npuctl's drivers.json is that description, regenerated, and every file under
+provision/ belongs to exactly one package or provision action."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from npuctl import drivers as npuctl_side
+from pipeline import npuctl_drivers
+from pipeline.config import PROVISION_DIR, load_package, package_names
+from pipeline.errors import BuildError
+
+from .conftest import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_npuctl_drivers_json_is_generated_from_the_descriptions():
+    assert npuctl_drivers.DRIVERS_JSON.read_text() == npuctl_drivers.document()
+
+
+def test_the_build_refuses_a_drifted_copy_and_names_the_fix(tmp_path):
+    drifted = tmp_path / "drivers.json"
+    drifted.write_text(npuctl_drivers.document().replace('"aipu"', '"aipu2"'))
+    with pytest.raises(BuildError, match="run 'make drivers-data'"):
+        npuctl_drivers.check(drifted)
+    result = run(ROOT / ".venv/bin/python", "-m", "pipeline", "npuctl-drivers", "--check", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_npuctl_reads_the_same_driver_the_package_is_built_from():
+    for name in package_names():
+        config = load_package(name)
+        driver = npuctl_side.for_platform(config.npuctl_platform)
+        assert (driver.package, driver.module, driver.platform_driver) == (
+            config.name,
+            config.module,
+            config.platform_driver,
+        )
+        assert driver.device_node == config.device["node"]
+        assert driver.board_files == tuple(f.installed_path for f in config.board_files)
+
+
+def test_every_board_file_has_one_owner():
+    owned = {f.source for name in package_names() for f in load_package(name).board_files}
+    for name in package_names():
+        present = {path for path in (PROVISION_DIR / name).iterdir() if path.is_file()}
+        assert present == {path for path in owned if path.parent.name == name}
+    table = yaml.safe_load((PROVISION_DIR / "npuctl" / "files.yaml").read_text())
+    listed = [item["file"] for entries in table.values() for item in entries]
+    assert len(listed) == len(set(listed))
+    site = {
+        str(path.relative_to(PROVISION_DIR / "npuctl"))
+        for path in (PROVISION_DIR / "npuctl").rglob("*")
+        if path.is_file() and path.name != "files.yaml"
+    }
+    assert site == set(listed)
