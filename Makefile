@@ -22,7 +22,7 @@ PACKAGE ?= aipu-dkms
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest k8s \
-	lint check-kernels bench bench-busy bench-tables clean
+	lint check-kernels bench bench-busy bench-tables matrix-tables docs-tables clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
@@ -165,3 +165,10 @@ bench-busy: $(DEPS_STAMP)
 ## bench-tables: docs/benchmarks.md from the reports of 'make bench' and 'make bench-busy'
 bench-tables: $(DEPS_STAMP)
 	$(PY) -m bench.tables $(DIST)/bench/quiet $(DIST)/bench/busy docs/benchmarks.md
+
+## matrix-tables: docs/kernel-matrix-results.md from dist/kernel-matrix.json (make check-kernels)
+matrix-tables: $(DEPS_STAMP)
+	$(PY) -m kernel_lab.tables $(DIST)/kernel-matrix.json docs/kernel-matrix-results.md
+
+## docs-tables: every generated table of docs/
+docs-tables: bench-tables matrix-tables

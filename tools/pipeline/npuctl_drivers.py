@@ -50,7 +50,6 @@ def check(target: Path = DRIVERS_JSON) -> None:
     current = target.read_text(encoding="utf-8") if target.is_file() else ""
     if current != document():
         raise BuildError(
-            f"{target} does not match dkms/*.yaml: run "
-            "'make drivers-data' and commit the result",
+            f"{target} does not match dkms/*.yaml: run 'make drivers-data' and commit the result",
             ExitCode.USAGE,
         )
