@@ -9,9 +9,9 @@ from pathlib import Path
 
 from .atomic import replaced_directory
 from .config import REPO_ROOT, Config
+from .npuctl_drivers import check as check_drivers_data
 from .package import dpkg_buildpackage
 from .render import render_tree
-from .npuctl_drivers import check as check_drivers_data
 from .tools import require_tool
 
 NPUCTL = REPO_ROOT / "npuctl"
