@@ -71,6 +71,8 @@ def test_udev_rule_is_shipped_and_no_modules_load_entry(built_packages):
     # /usr/lib, never the aliased /lib (trixie's lintian: aliased-location); bookworm's udev
     # reads /usr/lib/udev/rules.d too.
     assert "/usr/lib/udev/rules.d/60-aipu-dkms.rules" in paths
+    # Runtime PM can stall the NPU on every board: the package keeps it powered.
+    assert "/usr/lib/udev/rules.d/61-aipu-dkms-runtime-pm.rules" in paths
     assert not any(path.startswith(("/lib/", "/etc/")) for path in paths)
     # udev loads the module by its ACPI and device-tree aliases (proven in the QEMU boots);
     # a modules-load.d entry would log "Failed to find module" on kernels without it.

@@ -202,3 +202,13 @@ def test_rocket_passes_its_version_and_gives_accel_to_render(rocket_conf):
     rule = render_file(config.board_files[0].source, template_context(config))
     lines = [line for line in rule.splitlines() if line and not line.startswith("#")]
     assert lines == ['SUBSYSTEM=="accel", KERNEL=="accel[0-9]*", GROUP="render", MODE="0660"']
+
+
+def test_the_runtime_pm_rule_keeps_the_bound_npu_powered(config):
+    rule_file = next(f for f in config.board_files if f.name.endswith("runtime-pm.rules"))
+    rule = render_file(rule_file.source, template_context(config))
+    lines = [line for line in rule.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        'ACTION=="bind", SUBSYSTEM=="platform", DRIVER=="armchina", ATTR{power/control}="on"'
+    ]
+    assert rule_file.installed_path == "/usr/lib/udev/rules.d/61-aipu-dkms-runtime-pm.rules"

@@ -91,6 +91,13 @@ def test_package_ships_the_driver_for_dkms(rocket_deb, rocket: Config, tmp_path:
     stanza = copyright_text.split("Files: include/uapi/drm/rocket_accel.h", 1)[1]
     assert "License: GPL-2 with Linux-syscall-note exception" in stanza.split("\n\n")[0]
     assert (tmp_path / "usr/lib/udev/rules.d/60-rocket-dkms.rules").is_file()
+    # Every RK3588 board needs rknpu kept away from the NPU: the package, not an action, does it.
+    blacklist = tmp_path / "usr/lib/modprobe.d/rocket-dkms-blacklist-rknpu.conf"
+    assert (
+        blacklist.read_bytes()
+        == (ROOT / "provision/rocket-dkms/rocket-dkms-blacklist-rknpu.conf").read_bytes()
+    )
+    assert "blacklist rknpu" in blacklist.read_text().splitlines()
 
 
 @pytest.mark.upstream
