@@ -31,7 +31,11 @@ def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
         "python3-prometheus-client",
     ):
         assert package in depends
-    assert "python3-ftfy" in _field(npuctl_deb, "Recommends")  # not in Debian 12
+    recommends = _field(npuctl_deb, "Recommends")
+    assert "python3-ftfy" in recommends  # not in Debian 12
+    assert "aipu-dkms | rocket-dkms" in recommends  # the driver of either board
+    description = _field(npuctl_deb, "Description")
+    assert "Orange Pi 6 Plus" in description and "Orange Pi 5 Plus" in description
 
 
 def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):

@@ -36,12 +36,15 @@ def _context(config: Config, version: str) -> dict[str, object]:
         "distribution": config.changelog_distribution,
         "date": config.changelog_date,
         "description": (
-            "npuctl proves that the ArmChina Zhouyi NPU of the Orange Pi 6 Plus (CIX CD8180) "
-            "really computes: it runs CLIP text and image encoders and YOLOv8n on it through "
-            "CIX's user-mode library libnoe, benchmarks raw inference and the full pipeline, "
-            "and downloads and verifies the CIX AI Model Hub models it knows by name. "
-            "npuctl serve is an OpenAI-compatible embedding service on the NPU, with a "
-            "hardened systemd unit (npuctl-serve.service, not enabled by default)."
+            "npuctl proves that the NPU of an ARM board really computes, and says what is "
+            "wrong when it does not: the ArmChina Zhouyi V3 of the Orange Pi 6 Plus (CIX "
+            "CD8180, aipu-dkms and CIX's libnoe) and the Rockchip RK3588 of the Orange Pi 5 "
+            "Plus (rocket-dkms and Mesa's Teflon delegate). npuctl doctor checks the whole "
+            "stack with a fix under every finding; npuctl run and bench run and time CLIP, "
+            "YOLOv8n and MobileNet on the NPU; npuctl models downloads and verifies the models "
+            "it knows by name; npuctl provision finishes the board set-up. npuctl serve is an "
+            "OpenAI-compatible embedding service with a hardened systemd unit "
+            "(npuctl-serve.service, not enabled by default)."
         ),
     }
 
