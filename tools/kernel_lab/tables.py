@@ -29,7 +29,7 @@ def render(report: dict, source: str) -> str:
             "[kernel-matrix.md](kernel-matrix.md).",
             "",
             "```",
-            format_table(report),
+            "\n".join(line.rstrip() for line in format_table(report).splitlines()),
             "```",
             "",
         ]
