@@ -34,7 +34,7 @@ def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
     recommends = _field(npuctl_deb, "Recommends")
     assert "python3-ftfy" in recommends  # not in Debian 12
     assert "aipu-dkms | rocket-dkms" in recommends  # the driver of either board
-    description = _field(npuctl_deb, "Description")
+    description = " ".join(_field(npuctl_deb, "Description").split())  # unwrapped
     assert "Orange Pi 6 Plus" in description and "Orange Pi 5 Plus" in description
 
 
