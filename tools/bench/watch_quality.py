@@ -41,35 +41,42 @@ def main() -> int:
     ours, reference = (np.array(totals[name]) for name in ("ours", "reference"))
     fault_ours, fault_reference = (float(np.mean(sustained[n])) for n in ("ours", "reference"))
     rows = [
-        {
-            "name": "watch precision (20 streams, spikes + a sustained fault)",
-            "unit": "fraction of flagged samples that are anomalies (mean)",
-            "ours": float(ours[:, 0].mean()),
-            "reference": float(reference[:, 0].mean()),
-            "ratio": float(ours[:, 0].mean() / max(reference[:, 0].mean(), 1e-9)),
-            "target": ">= 0.9",
-            "ok": float(ours[:, 0].mean()) >= 0.9,
-        },
-        {
-            "name": "watch recall (20 streams, spikes + a sustained fault)",
-            "unit": "fraction of anomalous samples flagged (mean)",
-            "ours": float(ours[:, 1].mean()),
-            "reference": float(reference[:, 1].mean()),
-            "ratio": float(ours[:, 1].mean() / max(reference[:, 1].mean(), 1e-9)),
-            "target": ">= 0.95",
-            "ok": float(ours[:, 1].mean()) >= 0.95,
-        },
-        {
-            "name": "watch: samples of the sustained fault flagged",
-            "unit": "fraction (mean); the rolling window learns the fault as normal",
-            "ours": fault_ours,
-            "reference": fault_reference,
-            "ratio": fault_ours / max(fault_reference, 1e-9),
-            "target": ">= 0.95",
-            "ok": fault_ours >= 0.95,
-        },
+        _row(
+            "watch precision (20 streams, spikes + a sustained fault)",
+            "fraction of flagged samples that are anomalies (mean)",
+            float(ours[:, 0].mean()),
+            float(reference[:, 0].mean()),
+            0.9,
+        ),
+        _row(
+            "watch recall (20 streams, spikes + a sustained fault)",
+            "fraction of anomalous samples flagged (mean)",
+            float(ours[:, 1].mean()),
+            float(reference[:, 1].mean()),
+            0.95,
+        ),
+        _row(
+            "watch: samples of the sustained fault flagged",
+            "fraction (mean); the rolling window learns the fault as normal",
+            fault_ours,
+            fault_reference,
+            0.95,
+        ),
     ]
     return 0 if print_rows(rows, BENCH) else 1
+
+
+def _row(name: str, unit: str, ours: float, reference: float, minimum: float) -> dict:
+    """A quality figure: its verdict is ours against the target; the reference is beside."""
+    return {
+        "name": name,
+        "unit": unit,
+        "ours": ours,
+        "reference": reference,
+        "ratio": ours / max(reference, 1e-9),
+        "target": f">= {minimum}",
+        "ok": ours >= minimum,
+    }
 
 
 if __name__ == "__main__":

@@ -51,8 +51,9 @@ def action(name: str, request: Request) -> Action:
 def _has_backports(system: System) -> bool:
     """Ours, or the user's own source of the suite."""
     ours = for_action("backports")[0]
-    if system.read(ours.destination) is not None:
-        return system.read(ours.destination) == ours.text().strip()
+    written = system.read(ours.destination)
+    if written is not None:
+        return written == ours.text().strip()
     sources = [system.read("/etc/apt/sources.list") or ""] + [
         system.read(path) or "" for path in system.glob("/etc/apt/sources.list.d/*")
     ]
