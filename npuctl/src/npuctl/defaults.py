@@ -1,6 +1,18 @@
 """Defaults and limits that several modules and the command line share. Importing this costs
 nothing: the command line reads it before it knows which command runs."""
 
+import os
+from pathlib import Path
+
 # Images above this many pixels are refused before they are decoded: a 10000x10000 PNG takes
 # about 1 GB to decode. 50 megapixels admit every phone and most camera photos.
 DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
+
+
+def default_serve_socket() -> Path | None:
+    """Where 'npuctl serve' listens by default and where its clients ('npuctl watch') look."""
+    if runtime := os.environ.get("RUNTIME_DIRECTORY"):  # systemd's RuntimeDirectory=
+        return Path(runtime.split(":")[0]) / "serve.sock"
+    if runtime := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(runtime) / "npuctl" / "serve.sock"
+    return None

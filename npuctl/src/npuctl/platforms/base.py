@@ -40,7 +40,7 @@ class Platform:
     commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     # Options of the whole command line ('npuctl --OPTION ...') the platform's runtime reads.
     global_options: tuple[Callable[[click.Command], click.Command], ...] = ()
-    # 'npuctl serve': (module under the package, factory(settings) -> serve.embedder.Embedder),
+    # 'npuctl serve': (module under the package, factory(settings) -> npuctl.embedder.Embedder),
     # or None when the family has no embedding model yet.
     embedder: tuple[str, str] | None = None
     # 'npuctl cdi': (module, edits(system, options) -> cdi.spec.NpuEdits), or None.

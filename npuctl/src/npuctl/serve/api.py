@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .embedder import Embedder, Prepared, Rejected
+from ..embedder import Embedder, Prepared, Rejected
 
 try:  # about 40x faster than json for float vectors; optional (Debian 12 has no orjson)
     import orjson

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import signal
 import sys
 import threading
@@ -15,43 +14,16 @@ from pathlib import Path
 import click
 
 from ..cli import Settings, pass_settings
+from ..defaults import default_serve_socket
+from ..embedder import Embedder, embedding_platform
 from ..errors import ExitCode, NpuctlError
-from ..platforms import all_platforms, by_name, detect
-from ..platforms.base import Platform
-from ..system import System
 from . import affinity, systemd
-from .embedder import Embedder
 from .http import Limits, Listener, Service, TcpListener, UnixListener
 from .metrics import Metrics
 from .owner import NpuOwner
 
 log = logging.getLogger("npuctl.serve")
 DEFAULT_PORT = 8340
-
-
-def embedding_platform(forced: str | None) -> Platform:
-    """--platform if given, else the NPU of this machine, else the first family that embeds
-    (so the libnoe double and --library work on any machine, as 'npuctl run' does)."""
-    found = detect(System())
-    platform = by_name(forced) if forced else (found[0] if found else None)
-    if platform is None:
-        platform = next(p for p in all_platforms() if p.embedder is not None)
-    if platform.embedder is None:
-        families = ", ".join(p.name for p in all_platforms() if p.embedder is not None)
-        raise NpuctlError(
-            f"npuctl has no embedding model for the {platform.title} yet; serve runs on: "
-            f"{families}",
-            ExitCode.USAGE,
-        )
-    return platform
-
-
-def default_socket() -> Path | None:
-    if runtime := os.environ.get("RUNTIME_DIRECTORY"):  # systemd's RuntimeDirectory=
-        return Path(runtime.split(":")[0]) / "serve.sock"
-    if runtime := os.environ.get("XDG_RUNTIME_DIR"):
-        return Path(runtime) / "npuctl" / "serve.sock"
-    return None
 
 
 @click.command()
@@ -153,7 +125,7 @@ def serve(
     platform = embedding_platform(settings.platform)
     module, factory = platform.embedder  # type: ignore[misc]
     embedder: Embedder = getattr(platform.module(module), factory)(settings)
-    socket_path = None if no_unix_socket else (unix_socket or default_socket())
+    socket_path = None if no_unix_socket else (unix_socket or default_serve_socket())
     if no_tcp and socket_path is None:
         raise NpuctlError(
             "--no-tcp leaves nothing to listen on: give --unix-socket PATH", ExitCode.USAGE

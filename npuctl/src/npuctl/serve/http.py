@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..embedder import Embedder, NpuFailure
 from ..embeddings import normalise
 from . import api, wire
-from .embedder import Embedder, NpuFailure
 from .metrics import CONTENT_TYPE, Metrics
 from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, cosine
 

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
+from ..embedder import Embedder, JobReuse, NpuFailure, Prepared
 from ..errors import NpuctlError
-from .embedder import Embedder, JobReuse, NpuFailure, Prepared
 from .metrics import Metrics
 
 # A vector must match the start-up golden vector this closely (cosine) to count as ready.

@@ -44,9 +44,9 @@ def default_state_dir() -> Path:
 def choose_embedding(settings: Settings, server: str | None) -> Embedding:
     if server:
         return ServerEmbedding(server)
-    from ..serve.command import default_socket
+    from ..defaults import default_serve_socket
 
-    for candidate in (default_socket(), Path("/run/npuctl/serve.sock")):
+    for candidate in (default_serve_socket(), Path("/run/npuctl/serve.sock")):
         if candidate is not None and serving(f"unix:{candidate}"):
             return ServerEmbedding(f"unix:{candidate}")
     return LocalEmbedding(settings)

@@ -89,7 +89,7 @@ class LocalEmbedding:
     """The platform's Embedder in this process (no other NPU user may run meanwhile)."""
 
     def __init__(self, settings: Settings) -> None:
-        from ..serve.command import embedding_platform
+        from ..embedder import embedding_platform
 
         platform = embedding_platform(settings.platform)
         module, factory = platform.embedder  # type: ignore[misc]
@@ -98,7 +98,7 @@ class LocalEmbedding:
         self.where = f"{platform.name} NPU, in this process"
 
     def embed(self, text: str) -> np.ndarray:
-        from ..serve.embedder import NpuFailure, Rejected
+        from ..embedder import NpuFailure, Rejected
 
         try:
             return self.embedder.embed(self.embedder.prepare_text(text, True))

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from npuctl.embedder import JobReuse, NpuFailure, Prepared, Rejected
 from npuctl.errors import InputError, NpuctlError
 from npuctl.images import decode_rgb
-from npuctl.serve.embedder import JobReuse, NpuFailure, Prepared, Rejected
 
 from .commands import clip_input, load_tokenizer
 from .noe.abi import TIMEOUT_STATUS

@@ -1,5 +1,5 @@
-"""What a platform gives the server: inputs turned into tensors (any thread) and tensors into
-vectors on the NPU (the one thread that owns it)."""
+"""What a platform gives an embedding service ('npuctl serve', 'npuctl watch'): inputs turned
+into tensors (any thread) and tensors into vectors on the NPU (the one thread that owns it)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from .errors import ExitCode, NpuctlError
+from .platforms import all_platforms, by_name, detect
+from .platforms.base import Platform
+from .system import System
 
 
 class Rejected(ValueError):
@@ -67,3 +72,20 @@ class Embedder(Protocol):
     def embed(self, prepared: Prepared) -> np.ndarray: ...
 
     def stop(self) -> None: ...
+
+
+def embedding_platform(forced: str | None) -> Platform:
+    """--platform if given, else the NPU of this machine, else the first family that embeds
+    (so the libnoe double and --library work on any machine, as 'npuctl run' does)."""
+    found = detect(System())
+    platform = by_name(forced) if forced else (found[0] if found else None)
+    if platform is None:
+        platform = next(p for p in all_platforms() if p.embedder is not None)
+    if platform.embedder is None:
+        families = ", ".join(p.name for p in all_platforms() if p.embedder is not None)
+        raise NpuctlError(
+            f"npuctl has no embedding model for the {platform.title} yet; serve runs on: "
+            f"{families}",
+            ExitCode.USAGE,
+        )
+    return platform
