@@ -107,7 +107,7 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml tools/pypro
 	rm -rf $(OLDEST_VENV)
 	$(OLDEST_PYTHON) -m venv --system-site-packages $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check \
-		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e ./tools -e './npuctl[rocket,onnx]'
+		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e ./tools -e './npuctl[rocket,onnx,serve,watch]'
 	touch $@
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \

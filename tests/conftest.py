@@ -54,14 +54,21 @@ def built_packages(config: Config, upstream_tree: Path, tmp_path_factory) -> dic
 
 
 @pytest.fixture(scope="session")
-def npuctl_deb(config: Config, tmp_path_factory) -> Path:
-    """The npuctl .deb, built once per session (it needs no upstream tree)."""
+def npuctl_debs(config: Config, tmp_path_factory) -> dict[str, Path]:
+    """The .debs of npuctl's source (npuctl, npuctl-serve, npuctl-watch) by package name,
+    built once per session (they need no upstream tree)."""
     from pipeline.npuctl_package import build_npuctl_package
 
     artifacts = build_npuctl_package(
         config, tmp_path_factory.mktemp("npuctl-build"), tmp_path_factory.mktemp("npuctl-dist")
     )
-    return next(path for path in artifacts if path.suffix == ".deb")
+    return {path.name.split("_")[0]: path for path in artifacts if path.suffix == ".deb"}
+
+
+@pytest.fixture(scope="session")
+def npuctl_deb(npuctl_debs: dict[str, Path]) -> Path:
+    """The npuctl core .deb."""
+    return npuctl_debs["npuctl"]
 
 
 @pytest.fixture(scope="session")

@@ -57,3 +57,9 @@ def test_every_board_file_has_one_owner():
         if path.is_file() and path.name != "files.yaml"
     }
     assert site == set(listed)
+    # The one folder more: the npuctl-serve package's unit (tools/pipeline/npuctl_package.py).
+    from pipeline.npuctl_package import SERVE_UNIT
+
+    folders = {path.name for path in PROVISION_DIR.iterdir() if path.is_dir()}
+    assert folders == {*package_names(), "npuctl", SERVE_UNIT.parent.name}
+    assert [p.name for p in SERVE_UNIT.parent.iterdir()] == [SERVE_UNIT.name]

@@ -6,6 +6,7 @@ packages."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import zipfile
@@ -113,15 +114,43 @@ def test_the_wheel_holds_every_file_the_code_reads(npuctl_wheel):
     assert not missing, f"not in {npuctl_wheel.name}: {missing}"
 
 
-def test_the_deb_holds_every_file_the_code_reads(npuctl_deb):
-    contents = subprocess.run(
-        f"dpkg-deb --fsys-tarfile {npuctl_deb} | tar -t",
-        shell=True, capture_output=True, text=True, check=True,
-    ).stdout.splitlines()  # fmt: skip
+def test_the_debs_hold_every_file_the_code_reads(npuctl_debs):
+    """Each file in exactly one of npuctl, npuctl-serve and npuctl-watch."""
     prefix = "./usr/lib/python3/dist-packages/npuctl/"
-    shipped = {line.removeprefix(prefix) for line in contents if line.startswith(prefix)}
-    missing = sorted((data_files_the_code_reads() | package_files()) - shipped)
-    assert not missing, f"not in {npuctl_deb.name}: {missing}"
+    shipped: list[str] = []
+    for deb in npuctl_debs.values():
+        contents = subprocess.run(
+            f"dpkg-deb --fsys-tarfile {deb} | tar -t",
+            shell=True, capture_output=True, text=True, check=True,
+        ).stdout.splitlines()  # fmt: skip
+        shipped += [
+            line.removeprefix(prefix)
+            for line in contents
+            if line.startswith(prefix) and not line.endswith("/")
+        ]
+    missing = sorted((data_files_the_code_reads() | package_files()) - set(shipped))
+    assert not missing, f"not in the npuctl packages: {missing}"
+    twice = sorted({name for name in shipped if shipped.count(name) > 1})
+    assert not twice, f"in more than one package: {twice}"
+
+
+def test_the_wheel_puts_serve_and_watch_in_extras(npuctl_wheel):
+    with zipfile.ZipFile(npuctl_wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [
+            line.removeprefix("Requires-Dist: ")
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
+    core = {re.split(r"[<>=; ]", line)[0].lower() for line in requires if "extra ==" not in line}
+    assert core == {"click", "numpy", "pyyaml", "packaging", "pillow", "regex", "jinja2"}
+    for extra, names in (("serve", {"httptools", "prometheus-client"}), ("watch", {"psutil"})):
+        found = {
+            re.split(r"[<>=; ]", line)[0].lower()
+            for line in requires
+            if f'extra == "{extra}"' in line
+        }
+        assert found == names, (extra, requires)
 
 
 # -- the installed programs -------------------------------------------------------------------
@@ -144,12 +173,12 @@ def scratch_inputs(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def wheel_npuctl(npuctl_wheel, scratch_inputs, tmp_path_factory) -> Installed:
-    """The wheel with its 'rocket' extra in a new virtual environment, its dependencies from
-    PyPI as pip resolves them for a user."""
+    """The wheel with its 'rocket', 'serve' and 'watch' extras in a new virtual environment,
+    its dependencies from PyPI as pip resolves them for a user."""
     venv = tmp_path_factory.mktemp("venv") / "npuctl"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     pip = [venv / "bin" / "python", "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    result = run(*pip, "install", f"{npuctl_wheel}[rocket]")
+    result = run(*pip, "install", f"{npuctl_wheel}[rocket,serve,watch]")
     if result.returncode != 0 and any(word in result.stderr for word in NETWORK_TROUBLE):
         pytest.skip(f"PyPI cannot be reached to install the wheel's dependencies: {result.stderr}")
     assert result.returncode == 0, result.stderr
@@ -161,8 +190,9 @@ def wheel_npuctl(npuctl_wheel, scratch_inputs, tmp_path_factory) -> Installed:
 
 
 @pytest.fixture(scope="session")
-def deb_npuctl(npuctl_deb, scratch_inputs, tmp_path_factory):
-    """The .deb installed with apt in a Debian 12 chroot, with only what it depends on."""
+def deb_npuctl(npuctl_debs, scratch_inputs, tmp_path_factory):
+    """The .debs (npuctl, npuctl-serve, npuctl-watch) installed with apt in a Debian 12
+    chroot, with only what they depend on."""
     from kernel_lab.chroot import create_chroot
     from kernel_lab.suites import SUITES
 
@@ -172,8 +202,9 @@ def deb_npuctl(npuctl_deb, scratch_inputs, tmp_path_factory):
     chroot = create_chroot(SUITES["bookworm"], tmp_path_factory.mktemp("deb-chroot"))
     with chroot.mounted():
         chroot.refresh_lists()
-        chroot.copy_in(npuctl_deb, f"/tmp/{npuctl_deb.name}")
-        chroot.apt_install(f"/tmp/{npuctl_deb.name}")
+        for deb in npuctl_debs.values():
+            chroot.copy_in(deb, f"/tmp/{deb.name}")
+        chroot.apt_install(*(f"/tmp/{deb.name}" for deb in npuctl_debs.values()))
         scratch = chroot.path("/scratch")
         prepare_scratch(scratch, "/scratch", *scratch_inputs)
         yield Installed(

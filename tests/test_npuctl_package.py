@@ -2,9 +2,12 @@
 
 import gzip
 import re
+from pathlib import Path
 
 from .conftest import run
 from .test_package import _contents, _field
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def packaged_npuctl(tree, *args: str):
@@ -21,21 +24,41 @@ def packaged_npuctl(tree, *args: str):
     )
 
 
+def _depends(deb) -> set[str]:
+    return {re.sub(r" \(.*", "", item.strip()) for item in _field(deb, "Depends").split(",")}
+
+
 def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
-    depends = _field(npuctl_deb, "Depends")
-    for package in (
-        "python3-click",
-        "python3-numpy",
-        "python3-yaml",
-        "python3-pil",
-        "python3-prometheus-client",
-    ):
-        assert package in depends
+    core = {"python3-click", "python3-numpy", "python3-packaging", "python3-jinja2"}
+    core |= {"python3-pil", "python3-regex", "python3-yaml"}
+    assert _depends(npuctl_deb) - {"python3", "python3:any"} == core
     recommends = _field(npuctl_deb, "Recommends")
     assert "python3-ftfy" in recommends  # not in Debian 12
     assert "aipu-dkms | rocket-dkms" in recommends  # the driver of either board
+    assert _field(npuctl_deb, "Suggests") == "npuctl-serve, npuctl-watch"
     description = " ".join(_field(npuctl_deb, "Description").split())  # unwrapped
     assert "Orange Pi 6 Plus" in description and "Orange Pi 5 Plus" in description
+
+
+def test_serve_and_watch_are_packages_of_their_own(npuctl_debs):
+    from pipeline.npuctl_package import npuctl_version
+
+    assert set(npuctl_debs) == {"npuctl", "npuctl-serve", "npuctl-watch"}
+    version = npuctl_version()
+    own = {"npuctl-serve": {"python3-httptools", "python3-prometheus-client"}}
+    own["npuctl-watch"] = {"python3-psutil"}
+    for name, dependencies in own.items():
+        deb = npuctl_debs[name]
+        assert _depends(deb) - {"python3:any"} == {"npuctl", *dependencies}
+        assert f"npuctl (= {version})" in _field(deb, "Depends")
+        # Their files came with the npuctl package before 0.2.0.
+        assert _field(deb, "Breaks") == _field(deb, "Replaces") == "npuctl (<< 0.2.0~)"
+        part = name.removeprefix("npuctl-")
+        modules = [p for p in _contents(deb) if p.endswith(".py")]
+        assert modules and all(f"/dist-packages/npuctl/{part}/" in p for p in modules)
+        assert not [p for p in _contents(npuctl_debs["npuctl"]) if f"/npuctl/{part}/" in p]
+        description = " ".join(_field(deb, "Description").split())
+        assert "Orange Pi 6 Plus" in description and "Orange Pi 5 Plus" in description
 
 
 def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):
@@ -48,6 +71,24 @@ def test_npuctl_package_runs_with_system_python(npuctl_deb, tmp_path):
     result = packaged_npuctl(tmp_path, "models", "list", "--json")
     assert result.returncode == 0, result.stderr
     assert "clip-text" in result.stdout and "mobilenet" in result.stdout
+
+
+def test_the_core_alone_says_which_package_adds_serve_and_watch(npuctl_deb, tmp_path):
+    run("dpkg-deb", "-x", npuctl_deb, tmp_path)
+    listing = packaged_npuctl(tmp_path, "--help")
+    assert listing.returncode == 0, listing.stderr
+    unwrapped = " ".join(listing.stdout.split())  # click wraps the help lines
+    assert "[not installed: apt install npuctl-serve]" in unwrapped
+    assert "[not installed: apt install npuctl-watch]" in unwrapped
+    for command, package in (("serve", "npuctl-serve"), ("watch", "npuctl-watch")):
+        result = packaged_npuctl(tmp_path, command, "--help")
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert result.stderr.strip().splitlines() == [
+            f"npuctl: error: 'npuctl {command}' is not installed: apt install {package} "
+            f"(or pip install 'npuctl[{command}]')"
+        ]
+    doctor = packaged_npuctl(tmp_path, "doctor", "--json")
+    assert doctor.returncode in (10, 11) and '"schema": "npuctl-doctor/1"' in doctor.stdout
 
 
 def test_npuctl_depends_on_the_oldest_tested_versions(npuctl_deb):
@@ -79,14 +120,17 @@ def test_the_manual_page_covers_every_command_and_the_exit_codes(npuctl_deb, tmp
     assert "\\-\\-max\\-image\\-pixels" in page
 
 
-def test_the_serve_unit_is_shipped_hardened_and_not_enabled(npuctl_deb, tmp_path):
-    run("dpkg-deb", "-x", npuctl_deb, tmp_path)
-    units = [p for p in _contents(npuctl_deb) if p.endswith("/systemd/system/npuctl-serve.service")]
+def test_the_serve_unit_is_shipped_hardened_and_not_enabled(npuctl_debs, tmp_path):
+    serve_deb = npuctl_debs["npuctl-serve"]
+    for deb in npuctl_debs.values():
+        run("dpkg-deb", "-x", deb, tmp_path)
+    units = [p for p in _contents(serve_deb) if p.endswith("/systemd/system/npuctl-serve.service")]
     assert units == ["/usr/lib/systemd/system/npuctl-serve.service"], units
     # Nothing under the aliased /lib (newer lintian: aliased-location).
-    assert not [path for path in _contents(npuctl_deb) if path.startswith("/lib/")]
+    assert not [path for path in _contents(serve_deb) if path.startswith("/lib/")]
     unit = tmp_path / units[0].lstrip("/")
     text = unit.read_text()
+    assert text == (REPO / "provision/npuctl-serve/npuctl-serve.service").read_text()
     for line in ("Type=notify", "DynamicUser=yes", "SupplementaryGroups=render", "WatchdogSec="):
         assert line in text
     security = run("systemd-analyze", "security", "--offline=true", "--no-pager", unit)
@@ -94,7 +138,7 @@ def test_the_serve_unit_is_shipped_hardened_and_not_enabled(npuctl_deb, tmp_path
     assert exposure, security.stdout + security.stderr
     assert float(exposure.group(1)) <= 2.0, security.stdout
     control = tmp_path / "control"
-    run("dpkg-deb", "-e", npuctl_deb, control)
+    run("dpkg-deb", "-e", serve_deb, control)
     postinst = (control / "postinst").read_text()
     assert "npuctl-serve.service" in postinst
     assert "deb-systemd-invoke start" not in postinst  # installed, neither enabled nor started

@@ -2,8 +2,11 @@
 part of the build and fails it on any error or warning)."""
 
 import hashlib
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -197,6 +200,37 @@ def test_the_autopkgtest_really_builds_for_an_arm64_kernel(built_packages, tmp_p
     assert result.built_for == [result.kernel]
 
 
+# The last revision whose npuctl source built one package, npuctl 0.1.0 (serve and watch
+# included): the upgrade from it to npuctl + npuctl-serve + npuctl-watch is what users make.
+NPUCTL_0_1_0 = "2a6b25a59bd7b24c706233d6ded613a3cc794b46"
+
+
+def released_npuctl_deb(revision: str, workdir: Path) -> Path:
+    """The npuctl .deb of an earlier revision of this repository, built by that revision's
+    own pipeline."""
+    repo = Path(__file__).resolve().parents[1]
+    known = subprocess.run(
+        ["git", "-C", repo, "cat-file", "-e", f"{revision}^{{commit}}"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if known.returncode != 0:
+        pytest.skip(f"revision {revision[:12]} (npuctl 0.1.0) is not in this checkout's history")
+    source = workdir / "source"
+    source.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", repo, "archive", revision], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", source], input=archive.stdout, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pipeline", "npuctl-deb", "--build-dir", workdir / "build",
+         "--dist", workdir / "dist", "--no-lintian"],
+        cwd=source, env={**os.environ, "PYTHONPATH": str(source / "tools")},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (deb,) = (workdir / "dist").glob("npuctl_*_all.deb")
+    return deb
+
+
 @pytest.mark.chroot
 def test_piuparts_installs_upgrades_and_purges_every_package(
     built_packages, config, upstream_tree, rocket_packages, rocket_config, tmp_path
@@ -220,7 +254,7 @@ def test_piuparts_installs_upgrades_and_purges_every_package(
     previous = [
         built_packages["deb"],
         deb(list(rocket_packages.values())),
-        deb(build_npuctl_package(config, tmp_path / "b1", tmp_path / "d1", lintian=False)),
+        released_npuctl_deb(NPUCTL_0_1_0, tmp_path / "npuctl-0.1.0"),
     ]
     rocket_next = rocket_config.with_local_suffix("lab1")
     latest = [
@@ -238,7 +272,13 @@ def test_piuparts_installs_upgrades_and_purges_every_package(
                 following, upstream_tree, tmp_path / "b2", tmp_path / "d2", lintian=False
             )
         ),
-        deb(build_npuctl_package(following, tmp_path / "b3", tmp_path / "d3", lintian=False)),
+        *(
+            path
+            for path in build_npuctl_package(
+                following, tmp_path / "b3", tmp_path / "d3", lintian=False
+            )
+            if path.suffix == ".deb"
+        ),
     ]
     result = piuparts.run("trixie", latest, tmp_path / "piuparts.log", previous)
     assert result.ok and result.upgraded, result.output[-3000:]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.npuctl_package import npuctl_version
 from pipeline.repository import KEYRING_FILE
 
 pytestmark = pytest.mark.upstream
@@ -163,16 +164,17 @@ def test_an_older_version_is_refused_and_the_published_repository_kept(dist, pub
     before = (published / "dists/trixie/InRelease").read_bytes()
     older = tmp_path / "older"
     older.mkdir()
-    for path in dist.glob("npuctl_*"):
+    version = npuctl_version()
+    for path in dist.glob("npuctl*"):  # the source and its binary packages
         text_like = path.suffix in (".changes", ".dsc", ".buildinfo")
         target = older / path.name
         if text_like:
-            target.write_text(path.read_text().replace("0.1.0", "0.0.9"))
+            target.write_text(path.read_text().replace(version, "0.0.9"))
         else:
             shutil.copy(path, target)
     result = make_repo(older, published, site / "work")
     assert result.returncode == 2
-    assert "npuctl 0.0.9 is not newer than the published 0.1.0" in result.stderr
+    assert f"npuctl 0.0.9 is not newer than the published {version}" in result.stderr
     assert (published / "dists/trixie/InRelease").read_bytes() == before
     assert not [p for p in site.iterdir() if p.name.startswith(".repo")]
 

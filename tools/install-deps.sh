@@ -46,4 +46,4 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
 	"$python" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,rocket,onnx,serve]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,rocket,onnx,serve,watch,orjson]'

@@ -15,6 +15,9 @@ from .render import render_tree
 from .tools import require_tool
 
 NPUCTL = REPO_ROOT / "npuctl"
+SERVE_UNIT = REPO_ROOT / "provision" / "npuctl-serve" / "npuctl-serve.service"
+# The binary packages of the npuctl source: the core and the parts with packages of their own.
+BINARY_PACKAGES = ("npuctl", "npuctl-serve", "npuctl-watch")
 
 
 def npuctl_version() -> str:
@@ -34,18 +37,31 @@ def _context(config: Config, version: str) -> dict[str, object]:
         "maintainer": config.maintainer,
         "homepage": config.project_homepage,
         "distribution": config.changelog_distribution,
-        "date": config.changelog_date,
-        "description": (
-            "npuctl proves that the NPU of an ARM board really computes, and says what is "
-            "wrong when it does not: the ArmChina Zhouyi V3 of the Orange Pi 6 Plus (CIX "
-            "CD8180, aipu-dkms and CIX's libnoe) and the Rockchip RK3588 of the Orange Pi 5 "
-            "Plus (rocket-dkms and Mesa's Teflon delegate). npuctl doctor checks the whole "
-            "stack with a fix under every finding; npuctl run and bench run and time CLIP, "
-            "YOLOv8n and MobileNet on the NPU; npuctl models downloads and verifies the models "
-            "it knows by name; npuctl provision finishes the board set-up. npuctl serve is an "
-            "OpenAI-compatible embedding service with a hardened systemd unit "
-            "(npuctl-serve.service, not enabled by default)."
-        ),
+        "descriptions": {
+            "npuctl": (
+                "npuctl proves that the NPU of an ARM board really computes, and says what is "
+                "wrong when it does not: the ArmChina Zhouyi V3 of the Orange Pi 6 Plus (CIX "
+                "CD8180, aipu-dkms and CIX's libnoe) and the Rockchip RK3588 of the Orange Pi "
+                "5 Plus (rocket-dkms and Mesa's Teflon delegate). npuctl doctor checks the "
+                "whole stack with a fix under every finding; npuctl run and bench run and time "
+                "CLIP, YOLOv8n and MobileNet on the NPU; npuctl models downloads and verifies "
+                "the models it knows by name; npuctl provision finishes the board set-up; "
+                "npuctl cdi and k8s bring the NPU to containers and K3s nodes."
+            ),
+            "serve": (
+                "npuctl serve answers inference requests on the NPU of the Orange Pi 6 Plus "
+                "(Zhouyi) or the Orange Pi 5 Plus (RK3588) over HTTP and a unix socket: "
+                "OpenAI-compatible embeddings, Prometheus metrics, systemd readiness and "
+                "watchdog. It comes with a hardened systemd unit, npuctl-serve.service, "
+                "installed but not enabled."
+            ),
+            "watch": (
+                "npuctl watch samples this machine's metrics (CPU, memory, load, disks), "
+                "turns them into text, embeds it on the NPU of the Orange Pi 6 Plus or the "
+                "Orange Pi 5 Plus (in-process or through npuctl serve) and reports samples "
+                "unlike the recent ones."
+            ),
+        },
     }
 
 
@@ -59,6 +75,8 @@ def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
             ignore=shutil.ignore_patterns("debian", "__pycache__", "*.egg-info", "build"),
         )
         render_tree(REPO_ROOT / "debian" / "npuctl", tree / "debian", _context(config, version))
+        # The unit is a board-side file of provision/, like the drivers' udev rules.
+        shutil.copyfile(SERVE_UNIT, tree / "debian" / SERVE_UNIT.name)
     return destination
 
 
@@ -75,6 +93,6 @@ def build_npuctl_package(
     artifacts = [
         build_dir / f"{stem}.dsc",
         build_dir / f"{stem}.tar.xz",
-        build_dir / f"{stem}_all.deb",
+        *(build_dir / f"{name}_{debian_version(config)}_all.deb" for name in BINARY_PACKAGES),
     ]
     return dpkg_buildpackage(tree, stem, artifacts, dist, lintian=lintian)

@@ -4,9 +4,11 @@ the NPU binding are imported when that command runs, so --help and --version sta
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,6 +95,30 @@ class Settings:
 pass_settings = click.make_pass_decorator(Settings)
 
 
+@dataclass(frozen=True)
+class Part:
+    """Commands that come in a package of their own (the core stays small): the Debian
+    package and the PyPI extra that add them."""
+
+    package: str
+    extra: str
+
+    @property
+    def how(self) -> str:
+        return f"apt install {self.package} (or pip install 'npuctl[{self.extra}]')"
+
+
+PARTS: dict[str, Part] = {
+    "serve": Part("npuctl-serve", "serve"),
+    "watch": Part("npuctl-watch", "watch"),
+}
+
+
+def part_installed(name: str) -> bool:
+    """Whether the part's own modules are there (its dependencies show only on import)."""
+    return importlib.util.find_spec(COMMANDS[name][0].rpartition(".")[0]) is not None
+
+
 class LazyGroup(click.Group):
     """Subcommands imported on use; their help line comes from COMMANDS without importing."""
 
@@ -103,11 +129,23 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, attribute, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module), attribute)
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as missing:
+            if name not in PARTS:
+                raise
+            part = PARTS[name]
+            what = "is not installed" if not part_installed(name) else f"needs {missing.name}"
+            raise NpuctlError(f"'npuctl {name}' {what}: {part.how}", ExitCode.USAGE) from None
 
     def format_commands(self, context: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name, (_, _, text) in COMMANDS.items():
+            if name in PARTS and not part_installed(name):
+                text = f"{text} [not installed: apt install {PARTS[name].package}]"
+            rows.append((name, text))
         with formatter.section("Commands"):
-            formatter.write_dl([(name, text) for name, (_, _, text) in COMMANDS.items()])
+            formatter.write_dl(rows)
 
 
 def with_platform_options(command: click.Command) -> click.Command:

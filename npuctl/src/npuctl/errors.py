@@ -10,7 +10,7 @@ class ExitCode(IntEnum):
 
     OK = 0
     INTERNAL = 1  # npuctl itself failed (a bug)
-    USAGE = 2  # bad arguments, unknown model name
+    USAGE = 2  # bad arguments, unknown model name, a command whose package is missing
     INPUT = 3  # bad input: missing file, not an image, empty or over-long text
     MODEL = 4  # model file missing, invalid, an LFS pointer, or crashing the library
     NPU = 5  # libnoe missing or unloadable, context, inference error or timeout
@@ -25,7 +25,11 @@ class ExitCode(IntEnum):
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success; doctor: every check passed"),
     (1, "npuctl itself failed (a bug; NPUCTL_DEBUG=1 shows the traceback)"),
-    (2, "usage: bad option, a number out of range, unknown model name, a file that is not a model"),
+    (
+        2,
+        "usage: bad option, a number out of range, unknown model name, a file that is not a "
+        "model, a command whose package is not installed (npuctl-serve, npuctl-watch)",
+    ),
     (
         3,
         "bad input: missing file, not an image, an image over --max-image-pixels, empty "

@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import __version__
-from .cli import COMMANDS, cli
+from .cli import COMMANDS, PARTS, cli
 from .errors import EXIT_CODES
 
 
@@ -62,7 +62,7 @@ def render() -> str:
     lines = [
         f'.TH NPUCTL 1 "" "npuctl {__version__}" "User Commands"',
         ".SH NAME",
-        "npuctl \\- validate, run and benchmark the Zhouyi NPU",
+        "npuctl \\- validate, run and benchmark the NPUs of ARM boards",
         ".SH SYNOPSIS",
         "\\fBnpuctl\\fR [\\fIOPTIONS\\fR] \\fICOMMAND\\fR [\\fIARGS\\fR]...",
         ".SH DESCRIPTION",
@@ -72,7 +72,10 @@ def render() -> str:
         ".SH COMMANDS",
     ]
     for name in COMMANDS:
-        lines += _command(name, cli.get_command(root, name), root)
+        section = _command(name, cli.get_command(root, name), root)
+        if name in PARTS:  # after the heading and the synopsis
+            section[2:2] = [".PP", _roff(f"Installed by the {PARTS[name].package} package.")]
+        lines += section
     lines.append(".SH EXIT STATUS")
     for code, meaning in EXIT_CODES:
         lines += [".TP", f"\\fB{code}\\fR", _roff(meaning)]
