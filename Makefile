@@ -21,7 +21,7 @@ PACKAGE ?= aipu-dkms
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
-.PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest k8s \
+.PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s \
 	lint check-kernels bench bench-busy bench-tables matrix-tables docs-tables clean
 
 deps: $(DEPS_STAMP)
@@ -94,10 +94,12 @@ piuparts: deb
 module: patch
 	$(MAKE) -C "$(KDIR)" M="$(CURDIR)/$(BUILD)/src" KCFLAGS=-Werror modules
 
-## test: every test, then npuctl's tests again on the oldest supported dependencies
+## test: every test, then npuctl's tests again on the oldest supported dependencies, and the
+## board-image scenarios again as a user without root
 test: $(DEPS_STAMP)
 	$(PY) -m pytest $(PYTEST) $(or $(PYTEST_ARGS),tests)
 	$(MAKE) --no-print-directory test-oldest
+	$(MAKE) --no-print-directory test-rootless
 
 ## test-oldest: npuctl's tests on Debian 12's python3 packages (npuctl/constraints-oldest.txt)
 OLDEST_VENV := .venv-oldest
@@ -112,6 +114,15 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml tools/pypro
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
 		-p no:cacheprovider $(PYTEST) $(PYTEST_ARGS) tests/npuctl
+
+## test-rootless: the board-image scenarios (doctor, provision, CDI, fleet labels, hardening)
+## as a user without root: device nodes and owners come from the image's inode table. It uses
+## the test-oldest environment, whose Python (the system's) every user may run.
+ROOTLESS_TESTS := $(addprefix tests/npuctl/,test_doctor.py test_noe_paths.py test_provision.py \
+	test_rocket_doctor.py test_rocket_provision.py test_cdi.py test_fleet_labels.py test_hardening.py)
+test-rootless: $(OLDEST_STAMP)
+	tools/run-unprivileged.sh $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider \
+		$(PYTEST) $(PYTEST_ARGS) $(ROOTLESS_TESTS)
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants
 k8s: $(DEPS_STAMP)

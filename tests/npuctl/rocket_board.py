@@ -4,11 +4,10 @@ scenario breaks one thing."""
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from .board_image import RENDER_GID, BoardImage
+from .image_inodes import char_device
 
 RELEASE = "7.3.4+bpo-arm64"
 VERSION = "7.2.8"
@@ -63,14 +62,7 @@ class RocketBoard(BoardImage):
         self.teflon_version("26.1.6-1~bpo13+1")
 
     def accel(self, mode: int, *, gid: int = RENDER_GID) -> Path:
-        path = self.root / DEVICE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            path.unlink()
-        os.mknod(path, mode | stat.S_IFCHR, os.makedev(261, 0))
-        os.chown(path, 0, gid)
-        path.chmod(mode)
-        return path
+        return char_device(self.root, DEVICE, mode, gid, 261, 0)
 
     def teflon_version(self, version: str | None) -> None:
         self.data("teflon-version", version or "")

@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     deb.add_argument("--dist", type=Path, required=True)
     deb.add_argument("--version-suffix", help="build <version>+SUFFIX (upgrade tests)")
     deb.add_argument("--no-lintian", action="store_true")
-    npuctl_deb = commands.add_parser("npuctl-deb", help="build the npuctl Debian package")
+    npuctl_deb = commands.add_parser(
+        "npuctl-deb", help="build the npuctl Debian packages (npuctl, npuctl-serve, npuctl-watch)"
+    )
     npuctl_deb.add_argument("--build-dir", type=Path, required=True)
     npuctl_deb.add_argument("--dist", type=Path, required=True)
     npuctl_deb.add_argument("--no-lintian", action="store_true")

@@ -28,7 +28,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (
         2,
         "usage: bad option, a number out of range, unknown model name, a file that is not a "
-        "model, a command whose package is not installed (npuctl-serve, npuctl-watch)",
+        "model, a command whose package is not installed (npuctl-serve, npuctl-watch), an image "
+        "root (--root) whose inode table is not one",
     ),
     (
         3,

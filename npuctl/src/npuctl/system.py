@@ -3,17 +3,35 @@
 Every probe goes through one System, so a test scenario is a fixture directory (files and
 small scripts standing in for dkms, modinfo, mokutil, dmesg ...) and an identity, not a
 mock of os.
+
+A tree unpacked without root cannot hold device nodes or files of other owners. Such an
+image may say what they are in an inode table, ``<root>/.npuctl-inodes.json``
+(``{"/dev/aipu": {"type": "char", "mode": "0660", "uid": 0, "gid": 109, "rdev": "10:123"}}``):
+System.stat answers from it for the paths it lists (the file itself must exist). The real
+machine (root ``/``) is never read that way.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import stat
 import subprocess
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+
+from .errors import ExitCode, NpuctlError
+
+INODE_TABLE = ".npuctl-inodes.json"
+FILE_TYPES = {
+    "char": stat.S_IFCHR,
+    "block": stat.S_IFBLK,
+    "file": stat.S_IFREG,
+    "dir": stat.S_IFDIR,
+}
 
 
 @dataclass(frozen=True)
@@ -78,9 +96,40 @@ class System:
 
     def stat(self, absolute: str) -> os.stat_result | None:
         try:
-            return self.path(absolute).stat()
+            info = self.path(absolute).stat()
         except OSError:
             return None
+        if (inode := self.inode_table.get("/" + absolute.lstrip("/"))) is None:
+            return info
+        fields = list(info)[:10]  # mode, ino, dev, nlink, uid, gid, size, atime, mtime, ctime
+        fields[0], fields[4], fields[5] = inode["mode"], inode["uid"], inode["gid"]
+        return os.stat_result(fields, {"st_rdev": inode["rdev"]})
+
+    @cached_property
+    def inode_table(self) -> dict[str, dict[str, int]]:
+        """The image's inode table (see the module's doc), parsed; empty on the real machine."""
+        table = self.root / INODE_TABLE
+        if self.is_real or not table.is_file():
+            return {}
+        try:
+            entries = json.loads(table.read_text(encoding="utf-8"))
+            parsed: dict[str, dict[str, int]] = {}
+            for path, entry in entries.items():
+                major, minor = (int(n) for n in str(entry.get("rdev", "0:0")).split(":"))
+                parsed[path] = {
+                    "mode": FILE_TYPES[entry["type"]] | int(str(entry["mode"]), 8),
+                    "uid": int(entry["uid"]),
+                    "gid": int(entry["gid"]),
+                    "rdev": os.makedev(major, minor),
+                }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise NpuctlError(
+                f"{table} is not an inode table ({type(error).__name__}: {error}); fix it or "
+                'remove it (format: {"/dev/aipu": {"type": "char", "mode": "0660", "uid": 0, '
+                '"gid": 109, "rdev": "10:123"}})',
+                ExitCode.USAGE,
+            ) from None
+        return parsed
 
     def is_char_device(self, absolute: str) -> bool:
         info = self.stat(absolute)
