@@ -108,6 +108,73 @@ def test_module_built_but_not_loaded(board, image):
     assert checks["device.node"]["status"] == "skipped"
 
 
+def test_a_blacklist_keeps_the_module_out_and_provision_lifts_it(board, image, models):
+    """Armbian's CIX images blacklist aipu: the doctor names the file and line, provision
+    lifts it (and --undo puts it back byte for byte)."""
+    original = "# Armbian\nblacklist aipu\n"
+    image.write("etc/modprobe.d/blacklist-aipu.conf", original)
+    image.remove("sys/module/aipu")
+    code, checks = doctor(board, image)
+    assert code == 11
+    finding = checks["module.blacklist"]
+    assert finding["status"] == "failure"
+    assert finding["summary"] == (
+        "Module: aipu is blacklisted in /etc/modprobe.d/blacklist-aipu.conf:2 (blacklist aipu)"
+    )
+    assert finding["fix"] == "sudo npuctl provision --only lift-blacklist"
+    assert "module.loaded" not in checks and checks["device.node"]["status"] == "skipped"
+    lifted = board.npuctl(
+        "provision", "--only", "lift-blacklist", extra_env={"NPUCTL_ROOT": str(image.root)}
+    )
+    assert lifted.returncode == 0, lifted.stderr
+    assert "[done] lift-blacklist" in lifted.stdout
+    (image.root / "sys/module/aipu").mkdir()  # modprobe aipu, now that it may
+    code, checks = doctor(board, image)
+    assert code == 0 and "module.blacklist" not in checks, checks.get("module.blacklist")
+    again = board.npuctl(
+        "provision", "--only", "lift-blacklist", extra_env={"NPUCTL_ROOT": str(image.root)}
+    )
+    assert "[already] lift-blacklist" in again.stdout
+    undone = board.npuctl(
+        "provision", "--undo", "--only", "lift-blacklist",
+        extra_env={"NPUCTL_ROOT": str(image.root)},
+    )  # fmt: skip
+    assert undone.returncode == 0 and "[undone] lift-blacklist" in undone.stdout
+    assert (image.root / "etc/modprobe.d/blacklist-aipu.conf").read_text() == original
+    code, checks = doctor(board, image)  # loaded by hand: a warning for the next boot
+    assert code == 10 and checks["module.blacklist"]["status"] == "warning"
+    assert "will not load at the next boot" in checks["module.blacklist"]["summary"]
+
+
+def test_a_packaged_blacklist_is_hidden_not_edited(board, image):
+    packaged = "blacklist aipu\n"
+    image.write("usr/lib/modprobe.d/cix-npu.conf", packaged)
+    env = {"NPUCTL_ROOT": str(image.root)}
+    dry = board.npuctl("provision", "--dry-run", "--only", "lift-blacklist", extra_env=env)
+    assert "[would do] lift-blacklist" in dry.stdout
+    assert "edit /usr/lib/modprobe.d/cix-npu.conf:1" in dry.stdout
+    assert not (image.root / "etc/modprobe.d/cix-npu.conf").exists()
+    result = board.npuctl("provision", "--only", "lift-blacklist", extra_env=env)
+    assert result.returncode == 0, result.stderr
+    assert (image.root / "usr/lib/modprobe.d/cix-npu.conf").read_text() == packaged
+    override = (image.root / "etc/modprobe.d/cix-npu.conf").read_text()
+    assert "hides /usr/lib/modprobe.d/cix-npu.conf" in override
+    _, checks = doctor(board, image)
+    assert "module.blacklist" not in checks
+    board.npuctl("provision", "--undo", "--only", "lift-blacklist", extra_env=env)
+    assert not (image.root / "etc/modprobe.d/cix-npu.conf").exists()
+
+
+def test_a_blacklist_on_the_kernel_command_line_names_the_boot_loader(board, image):
+    image.write("proc/cmdline", "root=/dev/nvme0n1p2 modprobe.blacklist=aipu quiet")
+    image.remove("sys/module/aipu")
+    code, checks = doctor(board, image)
+    assert code == 11
+    finding = checks["module.blacklist"]
+    assert "/proc/cmdline (modprobe.blacklist=aipu)" in finding["summary"]
+    assert finding["fix"].startswith("remove modprobe.blacklist=aipu from the kernel command line")
+
+
 def test_stale_module_from_another_kernel(board, image):
     image.modinfo(f"/lib/modules/{RELEASE}/extra/aipu.ko", "6.6.89-cix")
     code, checks = doctor(board, image)

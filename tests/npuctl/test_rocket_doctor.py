@@ -52,6 +52,18 @@ def not_ok(checks):
     return {k: c["summary"] for k, c in checks.items() if c["status"] not in ("ok", "info")}
 
 
+def test_a_blacklisted_rocket_is_named_with_its_file(rocket, image, model):
+    image.write("usr/lib/modprobe.d/npu.conf", "install rocket /bin/true\n")
+    image.remove("sys/module/rocket")
+    code, checks = doctor(rocket, image)
+    assert code == 11
+    finding = checks["module.blacklist"]
+    assert finding["summary"] == (
+        "Module: rocket is blacklisted in /usr/lib/modprobe.d/npu.conf:1 (install rocket /bin/true)"
+    )
+    assert finding["fix"] == "sudo npuctl provision --only lift-blacklist"
+
+
 def test_healthy_board(rocket, image, model):
     code, checks = doctor(rocket, image)
     assert code == 0, not_ok(checks)

@@ -9,15 +9,17 @@ from pathlib import Path
 import click
 
 from ..cli import Settings, pass_settings
+from ..drivers import for_platform
 from ..models.download import fetch
 from ..models.store import SYSTEM_DIR, Lock
 from ..params import root_option
 from ..platforms import all_platforms, by_name, detect
 from ..provision.actions import ProvisionError, Request, nfd_action
+from ..provision.blacklist import lift_blacklist_action
 from ..system import System
 
 # Actions every family has, never run unless asked (--only).
-SHARED_ACTIONS = ("nfd",)
+SHARED_ACTIONS = ("nfd", "lift-blacklist")
 
 
 def _action_names() -> list[str]:
@@ -91,9 +93,12 @@ def provision(
 
     request = Request(system, user, group, models_dir, fetch_models, options)
     names = list(only) or actions_module.default_actions(request)
+    shared = {
+        "nfd": lambda: nfd_action(system),
+        "lift-blacklist": lambda: lift_blacklist_action(system, for_platform(platform.name).module),
+    }
     chosen = [
-        nfd_action(system) if name == "nfd" else actions_module.action(name, request)
-        for name in names
+        shared[name]() if name in shared else actions_module.action(name, request) for name in names
     ]
     for action in reversed(chosen) if undo else chosen:
         done = action.is_done()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..drivers import Driver
+from ..modprobe import blacklistings
 from ..system import System
 from .chain import Step
 from .findings import Finding, Report, Status, skip
@@ -312,7 +313,31 @@ class DriverChecks:
             )
             return False
         self._add("module.file", Status.OK, f"Module: {path}")
-        if not system.exists(f"/sys/module/{module}"):
+        refusals = blacklistings(system, module)
+        loaded = system.exists(f"/sys/module/{module}")
+        if refusals:
+            first = refusals[0]
+            places = "; ".join(f"{b.where} ({b.text})" for b in refusals)
+            self._add(
+                "module.blacklist",
+                Status.WARN if loaded else Status.FAIL,
+                f"Module: {module} is blacklisted in {first.where} ({first.text})"
+                + (": loaded by hand now, it will not load at the next boot" if loaded else ""),
+                f"Every place that keeps it from loading: {places}. Some distributions "
+                f"blacklist {module} on purpose (Armbian does on its CIX images, after kernel "
+                "panics and lost HDMI on some of its kernels); lift it where this driver "
+                "package supports the kernel.",
+                fix=(
+                    f"remove {first.text} from the kernel command line (the boot loader's "
+                    "configuration: GRUB_CMDLINE_LINUX in /etc/default/grub then "
+                    "'sudo update-grub'; Armbian: extraargs in /boot/armbianEnv.txt)"
+                    if first.on_command_line
+                    else "sudo npuctl provision --only lift-blacklist"
+                ),
+            )
+            if not loaded:
+                return False
+        if not loaded:
             self._add(
                 "module.loaded",
                 Status.FAIL,
