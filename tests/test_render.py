@@ -48,7 +48,9 @@ def test_dkms_conf_has_no_deprecated_directive(dkms_conf):
 
 
 def test_dkms_conf_gates_on_arm64_kernel_config_and_release(dkms_conf, config):
-    assert _source(dkms_conf, "aarch64", "BUILD_EXCLUSIVE_CONFIG") == "CONFIG_ARM64"
+    assert _source(dkms_conf, "aarch64", "BUILD_EXCLUSIVE_CONFIG") == (
+        "CONFIG_ARM64 !CONFIG_ARMCHINA_NPU"
+    )
     assert _source(dkms_conf, "aarch64", "BUILD_EXCLUSIVE_KERNEL") == config.kernel_regex
 
 
@@ -142,6 +144,32 @@ def test_dkms_3_0_autoinstall_keeps_a_supported_kernel(dkms_conf, tmp_path):
         check=True,
     )
     assert result.stdout == "yes"
+
+
+@pytest.mark.parametrize(
+    ("kernel_config", "expected"),
+    [
+        ("CONFIG_ARM64=y\n", "yes"),  # Debian's arm64 kernels
+        ("CONFIG_ARM64=y\nCONFIG_ARMCHINA_NPU=m\n", ""),  # the driver in-tree, as a module
+        ("CONFIG_ARM64=y\nCONFIG_ARMCHINA_NPU=y\n", ""),  # built in (CIX's Kconfig: bool)
+        ("CONFIG_X86_64=y\n", ""),
+    ],
+)
+def test_aipu_skips_kernels_that_have_the_driver_in_tree(
+    dkms_conf, tmp_path, kernel_config, expected
+):
+    release = "6.19.3-sky1"
+    build = tmp_path / "lib" / "modules" / release / "build"
+    build.mkdir(parents=True)
+    (build / ".config").write_text(kernel_config)
+    moved = tmp_path / "dkms.conf"
+    moved.write_text(dkms_conf.read_text().replace("/lib/modules/", f"{tmp_path}/lib/modules/"))
+    result = subprocess.run(
+        ["bash", "-c", f'. "{moved}"; printf "%s" "$AUTOINSTALL"', "dkms", "autoinstall",
+         "-k", release],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert result.stdout == expected
 
 
 @pytest.fixture

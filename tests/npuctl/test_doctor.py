@@ -175,6 +175,30 @@ def test_a_blacklist_on_the_kernel_command_line_names_the_boot_loader(board, ima
     assert finding["fix"].startswith("remove modprobe.blacklist=aipu from the kernel command line")
 
 
+def test_a_kernel_with_the_driver_in_tree_uses_its_own_copy(board, image, models):
+    """CIX's tree (and the kernels that carry it: Sky1-Linux, deepin) builds the driver as
+    armchina_npu under CONFIG_ARMCHINA_NPU; aipu-dkms skips such a kernel and the doctor
+    checks the kernel's copy by its own name."""
+    image.write(f"boot/config-{RELEASE}", "CONFIG_ARM64=y\nCONFIG_ARMCHINA_NPU=m\n")
+    image.dkms_status("")
+    image.remove(f"lib/modules/{RELEASE}/updates/dkms/aipu.ko")
+    image.remove("sys/module/aipu")
+    (image.root / "sys/module/armchina_npu").mkdir(parents=True)
+    own = f"/lib/modules/{RELEASE}/kernel/drivers/misc/armchina-npu/armchina_npu.ko.xz"
+    image.command(
+        "modinfo",
+        f'[ "$3" = armchina_npu ] || exit 1\n'
+        f'case "$2" in filename) echo {own};; vermagic) echo "{RELEASE} SMP aarch64";; esac',
+    )
+    code, checks = doctor(board, image)
+    assert code == 0, {k: c["summary"] for k, c in checks.items() if c["status"] != "ok"}
+    assert checks["dkms.installed"]["summary"] == (
+        f"DKMS: not used, kernel {RELEASE} has its own armchina_npu (CONFIG_ARMCHINA_NPU=m); "
+        "aipu-dkms skips it"
+    )
+    assert checks["module.file"]["summary"] == f"Module: {own}"
+
+
 def test_stale_module_from_another_kernel(board, image):
     image.modinfo(f"/lib/modules/{RELEASE}/extra/aipu.ko", "6.6.89-cix")
     code, checks = doctor(board, image)

@@ -126,6 +126,8 @@ class Config:
     kernel_min: str
     kernel_tested_max: str
     kernel_config_gate: tuple[str, ...]
+    # The name of the kernel's own copy of the driver, when it differs from ``module``.
+    kernel_in_tree_module: str
     # The Debian suite whose arm64 kernels the package's autopkgtest builds for: one whose
     # kernel passes the gate.
     kernel_test_suite: str
@@ -350,6 +352,9 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         kernel_min=text("kernel.min"),
         kernel_tested_max=text("kernel.tested_max"),
         kernel_config_gate=tuple(gate) if isinstance(gate, list) else (str(gate),),
+        kernel_in_tree_module=str(
+            data.get("kernel", {}).get("in_tree_module") or text("package.module")
+        ),
         kernel_test_suite=str(data.get("kernel", {}).get("test_suite", "trixie")),
         install=tuple(str(item) for item in _require(data, "dkms.install", path)),
         make_arguments=str(data.get("dkms", {}).get("make_arguments", "")),

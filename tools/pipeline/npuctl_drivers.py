@@ -31,6 +31,7 @@ def description(config: Config) -> dict[str, object]:
         # The symbols that must be on, and those that mean the kernel has the driver already.
         "config_required": [symbol for symbol in gate if not symbol.startswith("!")],
         "config_in_tree": [symbol[1:] for symbol in gate if symbol.startswith("!")],
+        "in_tree_module": config.kernel_in_tree_module,
         "takes_over": list(config.takes_over),
         "board_files": [board_file.installed_path for board_file in config.board_files],
     }

@@ -31,6 +31,7 @@ class Driver:
     kernel_min: str
     config_required: tuple[str, ...]  # kernel symbols the driver needs
     config_in_tree: tuple[str, ...]  # symbols that mean the kernel has the driver itself
+    in_tree_module: str  # the kernel's own copy's module name (CIX's tree: armchina_npu)
     takes_over: tuple[str, ...]  # packages building the same module that it replaces
     board_files: tuple[str, ...]  # what the package installs for the board (udev, modprobe)
 
@@ -72,6 +73,7 @@ def all_drivers() -> tuple[Driver, ...]:
             kernel_min=entry["kernel_min"],
             config_required=tuple(entry["config_required"]),
             config_in_tree=tuple(entry["config_in_tree"]),
+            in_tree_module=entry["in_tree_module"],
             takes_over=tuple(entry["takes_over"]),
             board_files=tuple(entry["board_files"]),
         )

@@ -132,7 +132,7 @@ class DriverChecks:
                 "kernel.headers",
                 Status.OK,
                 f"Kernel {release}: no headers, none needed (it has its own "
-                f"{self.driver.module}, {own})",
+                f"{self.driver.in_tree_module}, {own})",
             )
             return True
         self._add(
@@ -171,8 +171,8 @@ class DriverChecks:
             self._add(
                 "dkms.installed",
                 Status.OK,
-                f"DKMS: not used, kernel {self.release} has its own {module} ({own}); "
-                f"{package} skips it",
+                f"DKMS: not used, kernel {self.release} has its own "
+                f"{self.driver.in_tree_module} ({own}); {package} skips it",
             )
             return True
         result = system.run("dkms", "status", "-m", module)
@@ -278,14 +278,16 @@ class DriverChecks:
     # -- the module modprobe would load, loaded, bound --------------------------------------
 
     def check_module(self) -> bool:
-        system, module, release = self.system, self.driver.module, self.release
+        system, release = self.system, self.release
+        own = self.in_tree()
+        # The kernel's own copy may have another name (CIX's tree builds armchina_npu).
+        module = self.driver.in_tree_module if own else self.driver.module
         result = system.run("modinfo", "-F", "filename", module)
         if result is None:
             skip(self.report, "module.file", "module", "Module", "modinfo (kmod) is not installed")
             return False
         lines = result.stdout.strip().splitlines() if result.ok else []
         path = lines[0] if lines else ""
-        own = self.in_tree()
         if path == "(builtin)":
             self._add("module.file", Status.OK, f"Module: {module} is built into the kernel")
             return True
