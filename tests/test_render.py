@@ -158,18 +158,24 @@ def test_dkms_3_0_autoinstall_keeps_a_supported_kernel(dkms_conf, tmp_path):
 def test_aipu_skips_kernels_that_have_the_driver_in_tree(
     dkms_conf, tmp_path, kernel_config, expected
 ):
-    release = "6.19.3-sky1"
+    autoinstall, _ = autoinstall_for(dkms_conf, tmp_path, "6.19.3-sky1", kernel_config)
+    assert autoinstall == expected
+
+
+def autoinstall_for(conf: Path, tmp_path: Path, release: str, kernel_config: str):
+    """AUTOINSTALL and BUILD_EXCLUSIVE_CONFIG as 'dkms autoinstall -k RELEASE' sees them, for
+    a kernel of this configuration (headers under tmp_path)."""
     build = tmp_path / "lib" / "modules" / release / "build"
     build.mkdir(parents=True)
     (build / ".config").write_text(kernel_config)
     moved = tmp_path / "dkms.conf"
-    moved.write_text(dkms_conf.read_text().replace("/lib/modules/", f"{tmp_path}/lib/modules/"))
+    moved.write_text(conf.read_text().replace("/lib/modules/", f"{tmp_path}/lib/modules/"))
+    script = f'. "{moved}"; printf "%s|%s" "$AUTOINSTALL" "$BUILD_EXCLUSIVE_CONFIG"'
     result = subprocess.run(
-        ["bash", "-c", f'. "{moved}"; printf "%s" "$AUTOINSTALL"', "dkms", "autoinstall",
-         "-k", release],
+        ["bash", "-c", script, "dkms", "autoinstall", "-k", release],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert result.stdout == expected
+    return tuple(result.stdout.split("|"))
 
 
 @pytest.fixture
@@ -200,20 +206,7 @@ def rocket_conf(tmp_path: Path) -> Path:
 def test_rocket_builds_only_where_accel_is_on_and_rocket_is_not(
     rocket_conf, tmp_path, kernel_config, expected
 ):
-    release = "7.3.4+deb13-arm64"
-    build = tmp_path / "lib" / "modules" / release / "build"
-    build.mkdir(parents=True)
-    (build / ".config").write_text(kernel_config)
-    moved = tmp_path / "dkms.conf"
-    moved.write_text(rocket_conf.read_text().replace("/lib/modules/", f"{tmp_path}/lib/modules/"))
-    script = f'. "{moved}"; printf "%s|%s" "$AUTOINSTALL" "$BUILD_EXCLUSIVE_CONFIG"'
-    result = subprocess.run(
-        ["bash", "-c", script, "dkms", "autoinstall", "-k", release],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    autoinstall, gate = result.stdout.split("|")
+    autoinstall, gate = autoinstall_for(rocket_conf, tmp_path, "7.3.4+deb13-arm64", kernel_config)
     assert autoinstall == expected
     assert gate.split() == [
         "CONFIG_ARM64",
