@@ -152,7 +152,10 @@ def test_a_packaged_blacklist_is_hidden_not_edited(board, image):
     env = {"NPUCTL_ROOT": str(image.root)}
     dry = board.npuctl("provision", "--dry-run", "--only", "lift-blacklist", extra_env=env)
     assert "[would do] lift-blacklist" in dry.stdout
-    assert "edit /usr/lib/modprobe.d/cix-npu.conf:1" in dry.stdout
+    assert (
+        "hide /usr/lib/modprobe.d/cix-npu.conf by /etc/modprobe.d/cix-npu.conf without: "
+        "blacklist aipu"
+    ) in dry.stdout
     assert not (image.root / "etc/modprobe.d/cix-npu.conf").exists()
     result = board.npuctl("provision", "--only", "lift-blacklist", extra_env=env)
     assert result.returncode == 0, result.stderr

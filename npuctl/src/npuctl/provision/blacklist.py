@@ -55,8 +55,14 @@ def lift_blacklist_action(system: System, module: str) -> Action:
         apply,
         undo,
         commands=tuple(
-            f"edit {b.where}: {MARKER}{b.text}"
+            _planned(b.source, b.where, b.text)
             for b in blacklistings(system, module)
             if not b.on_command_line
         ),
     )
+
+
+def _planned(source: str, where: str, text: str) -> str:
+    if source.startswith(ADMIN_DIR + "/"):
+        return f"edit {where}: {MARKER}{text}"
+    return f"hide {source} by {ADMIN_DIR}/{source.rsplit('/', 1)[1]} without: {text}"
