@@ -5,6 +5,7 @@ tests on exactly those."""
 import importlib.metadata
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,16 @@ def constraints() -> dict[str, str]:
 
 
 def test_lower_bounds_are_the_oldest_tested_versions():
-    text = (NPUCTL / "pyproject.toml").read_text()
-    block = text.split("dependencies = [", 1)[1].split("]", 1)[0]
+    """The core's dependencies and those of the parts Debian packages (serve, watch)."""
+    project = tomllib.loads((NPUCTL / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    declared = [*project["dependencies"], *extras["serve"], *extras["watch"]]
     floors = dict(
-        (name.lower(), version) for name, version in re.findall(r'"([\w-]+)>=([\w.]+)"', block)
+        (name.lower(), version)
+        for requirement in declared
+        for name, version in re.findall(r"^([\w-]+)>=([\w.]+)$", requirement)
     )
+    assert len(floors) == len(declared)
     assert floors == constraints()
 
 
