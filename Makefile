@@ -116,13 +116,13 @@ test-oldest: $(OLDEST_STAMP)
 		-p no:cacheprovider $(PYTEST) $(PYTEST_ARGS) tests/npuctl
 
 ## test-rootless: the board-image scenarios (doctor, provision, CDI, fleet labels, hardening)
-## as a user without root: device nodes and owners come from the image's inode table. It uses
-## the test-oldest environment, whose Python (the system's) every user may run.
+## without root's privileges (as root: in a user namespace, no mknod, no chown): device
+## nodes and owners come from the image's inode table
 ROOTLESS_TESTS := $(addprefix tests/npuctl/,test_doctor.py test_noe_paths.py test_provision.py \
 	test_rocket_doctor.py test_rocket_provision.py test_cdi.py test_fleet_labels.py test_hardening.py)
-test-rootless: $(OLDEST_STAMP)
-	tools/run-unprivileged.sh $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider \
-		$(PYTEST) $(PYTEST_ARGS) $(ROOTLESS_TESTS)
+test-rootless: $(DEPS_STAMP)
+	tools/run-unprivileged.sh $(PY) -m pytest -p no:cacheprovider $(PYTEST) $(PYTEST_ARGS) \
+		$(ROOTLESS_TESTS)
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants
 k8s: $(DEPS_STAMP)
