@@ -2,7 +2,9 @@
 commands) and the libnoe test double; each scenario breaks one thing."""
 
 import json
+import shutil
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from npuctl.models.manifest import load_manifest
 from npuctl.models.store import Lock, sha256_of
 
 from .board_image import RELEASE, USER, VERSION, BoardImage
+from .conftest import shared_library
 
 
 @pytest.fixture
@@ -397,3 +400,88 @@ def test_known_incompatible_driver_and_library(board, image, env, expected):
     code, checks = doctor(board, image, "--quick", env=env)
     assert code == 11
     assert expected in checks["versions"]["summary"]
+
+
+AIPU_SHIM = Path(__file__).resolve().parent / "aipu_shim" / "aipu_shim.c"
+
+
+@pytest.fixture(scope="session")
+def aipu_shim(tmp_path_factory):
+    return shared_library(AIPU_SHIM, tmp_path_factory.mktemp("aipu-shim") / "aipu_shim.so")
+
+
+def library_named(board, tmp_path, version):
+    """The double as a board has the library: libnoe.so pointing at libnoe.so.<version>."""
+    directory = tmp_path / "lib"
+    directory.mkdir()
+    shutil.copyfile(board.library, directory / f"libnoe.so.{version}")
+    (directory / "libnoe.so").symlink_to(f"libnoe.so.{version}")
+    return directory / "libnoe.so"
+
+
+def doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd):
+    env = {
+        "LD_PRELOAD": str(aipu_shim),
+        "NPUCTL_LIBNOE": str(library_named(board, tmp_path, umd)),
+        **({} if kmd is None else {"AIPU_SHIM_KMD": kmd}),
+    }
+    extra = {
+        "NPUCTL_ROOT": str(image.root),
+        "NPUCTL_IDENTITY": USER,
+        "NOE_DOUBLE_DEVICE": str(image.root / "dev/aipu"),
+        **env,
+    }
+    result = board.npuctl("doctor", "--json", "--quick", extra_env=extra)
+    assert "Traceback" not in result.stderr, result.stderr
+    document = json.loads(result.stdout)
+    return result.returncode, {c["id"]: c for c in document["checks"]}, document["facts"]
+
+
+def test_the_driver_version_is_read_through_its_ioctl(board, image, aipu_shim, tmp_path):
+    code, checks, facts = doctor_with_driver(board, image, aipu_shim, tmp_path, "5.11.0", "0.6.0")
+    assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
+    assert facts["kmd"] == {"version": "5.11.0", "read_from": "its ioctl"}
+    assert checks["versions"]["status"] == "ok"
+    assert checks["versions"]["summary"] == "Driver 5.11.0, libnoe 0.6.0"
+
+
+@pytest.mark.parametrize(
+    ("kmd", "umd", "summary", "fix"),
+    [
+        (
+            "6.0.1",
+            "0.6.0",
+            "Driver 6.0.1 with libnoe 0.6.0: the ioctl ABI changed in KMD 6.0",
+            "sudo apt install aipu-dkms && sudo modprobe -r aipu && sudo modprobe aipu",
+        ),
+        (
+            "5.11.0",
+            "0.5.0",
+            "Driver 5.11.0 with libnoe 0.5.0: job descriptors do not match",
+            "sudo npuctl provision --umd-deb cix-noe-umd_2.0.2_arm64.deb",
+        ),
+    ],
+)
+def test_a_driver_and_library_that_talk_past_each_other_fail_before_any_job(
+    board, image, aipu_shim, tmp_path, kmd, umd, summary, fix
+):
+    code, checks, facts = doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd)
+    assert code == 11
+    assert checks["versions"]["status"] == "failure"
+    assert checks["versions"]["summary"].startswith(summary)
+    assert checks["versions"]["fix"].startswith(fix)
+    assert facts["kmd"]["version"] == kmd
+    # libnoe never opened the NPU, so no job was ever submitted.
+    assert checks["libnoe.context"]["status"] == "skipped"
+    assert "do not work together" in checks["libnoe.context"]["summary"]
+    assert not [call for call in board.calls() if call.startswith("noe_")]
+
+
+def test_a_node_that_answers_no_version_ioctl_falls_back_to_the_module(
+    board, image, aipu_shim, tmp_path
+):
+    image.write("sys/module/aipu/version", "5.11.0+git20251022.66bfa0e-1")
+    code, checks, facts = doctor_with_driver(board, image, aipu_shim, tmp_path, None, "0.6.0")
+    assert code == 0
+    assert facts["kmd"] == {"version": "5.11.0", "read_from": "/sys/module/aipu/version"}
+    assert checks["versions"]["summary"] == "Driver 5.11.0, libnoe 0.6.0"

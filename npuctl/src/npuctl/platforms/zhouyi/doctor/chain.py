@@ -13,7 +13,7 @@ from npuctl.drivers import for_platform
 from npuctl.system import System
 
 from .. import DEFAULT_TIMEOUT_MS
-from . import host, npu
+from . import host, npu, pairing
 from .noe_paths import check_noe_paths
 
 DRIVER = for_platform("zhouyi")
@@ -49,12 +49,21 @@ def check(system: System, options: Options, report: Report) -> None:
             *driver.steps(needs=()),
             driver.device_step(needs=("bound",)),
             Step(
+                "pair",
+                pairing.FINDING,
+                pairing.AREA,
+                "Driver and libnoe versions",
+                lambda: pairing.check_pair(system, library_path, report, options.timeout_s),
+                ("device",),
+                "the kernel driver and libnoe do not work together",
+            ),
+            Step(
                 "libnoe",
                 "libnoe.context",
                 "libnoe",
                 "libnoe",
                 lambda: npu.check_library(library_path, report, options.timeout_s),
-                ("device",),
+                ("pair",),
                 "libnoe cannot open the NPU",
             ),
             Step("models", "models", "models", "Models", models, ("libnoe",)),

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from npuctl.child import run_module
 from npuctl.doctor.findings import Finding, Report, Status, skip
 from npuctl.models.manifest import Manifest
 from npuctl.models.store import Lock, verify
 
 from ..noe.abi import OPEN_DEVICE_FAILED
+from . import pairing
 
 EXPECTED_TARGET = "X2_1204MP3"
 EXPECTED_TOPOLOGY = {"partitions": 1, "clusters": 1, "cores": 3}
@@ -118,42 +117,11 @@ def _open_device_failed(report: Report) -> tuple[str, str]:
 
 
 def check_versions(versions: dict[str, str], report: Report) -> None:
-    umd, kmd = versions.get("umd", ""), versions.get("kmd", "")
-    if not kmd:
-        report.add(
-            Finding(
-                "versions",
-                "driver-version",
-                Status.FAIL,
-                f"Driver version: the kernel driver reports none (libnoe {umd})",
-                "It was built without KMD_VERSION, as upstream's Makefile does: "
-                "an old build (cix-npu-driver?) is loaded.",
-                fix="sudo apt install ./aipu-dkms_<version>_all.deb && sudo "
-                "modprobe -r aipu && sudo modprobe aipu",
-            )
-        )
-        return
-    if _older_than(umd, "0.6"):
-        report.add(
-            Finding(
-                "versions",
-                "driver-version",
-                Status.FAIL,
-                f"Driver {kmd} with libnoe {umd}: job descriptors do not match",
-                "libnoe 0.5 schedules jobs with the layout before upstream commit "
-                "4dd4594; this driver has the newer one.",
-                fix="install cix-noe-umd 2.0.2 (libnoe 0.6.0)",
-            )
-        )
-        return
-    report.add(Finding("versions", "driver-version", Status.OK, f"Driver {kmd}, libnoe {umd}"))
-
-
-def _older_than(version: str, minimum: str) -> bool:
-    try:
-        return Version(version) < Version(minimum)
-    except InvalidVersion:
-        return False
+    """The pair as libnoe reports it, unless it was judged before the context opened."""
+    if not any(finding.id == pairing.FINDING for finding in report.findings):
+        known = report.facts.get("kmd")
+        kmd = known["version"] if isinstance(known, dict) else versions.get("kmd", "")
+        pairing.report_pair(kmd, versions.get("umd", ""), report)
 
 
 def check_models(
