@@ -119,7 +119,9 @@ class Config:
     summary: str
     description: str  # a Jinja template, rendered with the template context
     changelog_entry: str  # likewise
-    takes_over: tuple[str, ...]
+    # Packages building the same module that installing this one removes, each as a Debian
+    # relation ("sky1-npu-dkms", "cix-npu-driver (<< 2~)"): Conflicts and Replaces.
+    takes_over_relations: tuple[str, ...]
     changelog_date: str
     changelog_distribution: str
     upstream: Upstream
@@ -145,6 +147,11 @@ class Config:
     @property
     def patches_dir(self) -> Path:
         return PATCHES_ROOT / self.name
+
+    @property
+    def takes_over(self) -> tuple[str, ...]:
+        """The names of the packages it takes over, without their version bounds."""
+        return tuple(relation.split()[0] for relation in self.takes_over_relations)
 
     @property
     def modaliases(self) -> tuple[str, ...]:
@@ -255,6 +262,21 @@ def _require(data: dict[str, Any], path: str, file: Path) -> Any:
     return node
 
 
+_RELATION = re.compile(r"^[a-z0-9][a-z0-9+.-]+( \((<<|<=|=|>=|>>) [A-Za-z0-9.+~:-]+\))?$")
+
+
+def _relations(data: dict[str, Any], key: str, file: Path) -> tuple[str, ...]:
+    relations = tuple(str(item) for item in (_require(data, key, file) or ()))
+    for relation in relations:
+        if not _RELATION.match(relation):
+            raise BuildError(
+                f"{file}: {key}: {relation!r} is not a package name with an optional version "
+                "bound, such as 'cix-npu-driver (<< 2~)'",
+                ExitCode.USAGE,
+            )
+    return relations
+
+
 def _upstream(data: dict[str, Any], path: Path) -> Upstream:
     def text(key: str) -> str:
         return str(_require(data, f"upstream.{key}", path))
@@ -345,7 +367,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         summary=text("package.summary"),
         description=" ".join(text("package.description").split()),
         changelog_entry=" ".join(text("package.changelog.entry").split()),
-        takes_over=tuple(_require(data, "package.takes_over", path) or ()),
+        takes_over_relations=_relations(data, "package.takes_over", path),
         changelog_date=text("package.changelog.date"),
         changelog_distribution=text("package.changelog.distribution"),
         upstream=_upstream(data, path),

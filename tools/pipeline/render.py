@@ -41,6 +41,7 @@ def template_context(config: Config, upstream_tree: Path | None = None) -> dict[
         "board_files": list(config.board_files),
         "summary": config.summary,
         "takes_over": list(config.takes_over),
+        "takes_over_relations": list(config.takes_over_relations),
         "upstream": config.upstream,
         "kernel_min": config.kernel_min,
         "kernel_tested_max": config.kernel_tested_max,
