@@ -97,6 +97,14 @@ def test_human_output_puts_the_fix_under_the_finding(rocket, image):
     assert lines[index + 1].strip().startswith("fix: sudo npuctl provision --only backports")
 
 
+# rocket loaded from the root file system, after the kernel switched the unused supply off.
+LATE_LOG = (
+    "[   31.2] vdd_npu_s0: disabling\n"
+    "[   45.0] rocket fdab0000.npu: Rockchip NPU core 0 version: 1179210309\n"
+)
+LATE_HOOK = "usr/share/initramfs-tools/hooks/rocket-dkms"
+
+
 def breaks(name):
     """Scenario name -> (how to break the image, finding id, words of the summary, fix)."""
     base = "sys/firmware/devicetree/base"
@@ -161,10 +169,45 @@ def breaks(name):
             lambda i: i.dmesg(
                 "[ 4.1] rocket fdab0000.npu: Rockchip NPU core 0 version: 1\n"
                 "[ 4.2] rocket fdac0000.npu: Rockchip NPU core 1 version: 1\n"
-                "[ 4.3] rocket fdad0000.npu: supply vdd_npu not found\n"
+                "[ 4.3] rocket fdad0000.npu: failed to get resets for core\n"
             ),
             "cores.probed",
             "2 of 3 probed",
+            "dmesg | grep",
+        ),
+        "late-load": (
+            lambda i: i.dmesg(LATE_LOG),
+            "cores.probed",
+            "1 of 3 probed (rocket loaded too late)",
+            "echo rocket | sudo tee -a /etc/initramfs-tools/modules && "
+            f"sudo update-initramfs -u -k {RELEASE}",
+        ),
+        "late-load-hooked": (
+            lambda i: (i.dmesg(LATE_LOG), i.write(LATE_HOOK, "#!/bin/sh\n")),
+            "cores.probed",
+            "(rocket loaded too late)",
+            f"sudo update-initramfs -u -k {RELEASE} && sudo reboot   # rocket-dkms's hook",
+        ),
+        "late-load-in-initramfs": (
+            lambda i: (
+                i.dmesg(LATE_LOG),
+                i.write(LATE_HOOK, "#!/bin/sh\n"),
+                i.write(f"boot/initrd.img-{RELEASE}", "initramfs"),
+                i.command(
+                    "lsinitramfs", f"echo usr/lib/modules/{RELEASE}/updates/dkms/rocket.ko.xz"
+                ),
+            ),
+            "cores.probed",
+            "(rocket loaded too late)",
+            "regulator_ignore_unused",
+        ),
+        "late-load-unbound": (
+            lambda i: (
+                i.dmesg("[   31.2] vdd_npu_s0: disabling\n"),
+                i.remove("sys/bus/platform/drivers/rocket"),
+            ),
+            "module.bound",
+            "loaded but not bound",
             "update-initramfs",
         ),
         "no-device": (
@@ -213,6 +256,10 @@ def breaks(name):
         "secure-boot-key",
         "shadowed",
         "two-cores",
+        "late-load",
+        "late-load-hooked",
+        "late-load-in-initramfs",
+        "late-load-unbound",
         "no-device",
         "world-writable",
         "not-in-render",

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from npuctl.child import run_module
 from npuctl.doctor.chain import Step, run_chain
-from npuctl.doctor.dkms_driver import DriverChecks, kernel_config
+from npuctl.doctor.dkms_driver import DriverChecks, UnboundExplainer, kernel_config
 from npuctl.doctor.findings import NO_NPU_FIX, Finding, Report, Status, skip
 from npuctl.doctor.run import Options, board_name
 from npuctl.drivers import for_platform
 from npuctl.models.store import Lock, verify
 from npuctl.system import System
 
-from . import DEFAULT_DELEGATE, locate
+from . import DEFAULT_DELEGATE, late_load, locate
 from .golden import TOLERANCE
 from .probe import LOADED, NO_DEVICE
 from .probe import MODULE as PROBE_MODULE
@@ -44,7 +44,7 @@ def check(system: System, options: Options, report: Report) -> None:
         ):
             skip(report, finding_id, finding_id.split("-")[0], what, "no RK3588 NPU")
         return
-    driver = DriverChecks(system, DRIVER, report)
+    driver = DriverChecks(system, DRIVER, report, explain_unbound=_late_load_explainer(system))
 
     def golden() -> bool | None:
         if options.quick:
@@ -255,21 +255,33 @@ def _cores(system: System, report: Report) -> bool:
     if len(cores) >= CORES:
         report.add(Finding("cores.probed", "cores", Status.OK, f"{CORES} NPU cores probed"))
         return True
-    regulator = "vdd_npu" in result.stdout
+    diagnosis = late_load.diagnose(system, result.stdout, system.kernel_release())
     report.add(
         Finding(
             "cores.probed",
             "cores",
             Status.FAIL,
-            f"NPU cores: {len(cores)} of {CORES} probed",
-            "A late-loading rocket can lose the NPU regulator (vdd_npu_s0) to the kernel's "
-            "regulator clean-up; loading it from the initramfs avoids that."
-            + (" The log names vdd_npu." if regulator else ""),
-            fix="echo rocket | sudo tee -a /etc/initramfs-tools/modules && "
-            "sudo update-initramfs -u && sudo reboot",
+            f"NPU cores: {len(cores)} of {CORES} probed"
+            + (" (rocket loaded too late)" if diagnosis.late else ""),
+            diagnosis.detail,
+            fix=diagnosis.fix,
         )
     )
     return False
+
+
+def _late_load_explainer(system: System) -> UnboundExplainer:
+    """Why rocket is loaded but bound to no core, when the whole kernel log says it loaded
+    after its supply was switched off."""
+
+    def explain(_driver_lines: list[str]) -> tuple[str, str | None] | None:
+        result = system.run("dmesg")
+        if result is None or not result.ok:
+            return None
+        diagnosis = late_load.diagnose(system, result.stdout, system.kernel_release())
+        return (diagnosis.detail, diagnosis.fix) if diagnosis.late else None
+
+    return explain
 
 
 def teflon_version(system: System) -> str | None:
