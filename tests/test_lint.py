@@ -10,7 +10,11 @@ from .conftest import run
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_TREES = ("tools", "tests", "npuctl")
-SHELL_SCRIPTS = [*sorted((ROOT / "tools").glob("*.sh")), ROOT / ".ci" / "run"]
+SHELL_SCRIPTS = [
+    *sorted((ROOT / "tools").glob("*.sh")),
+    ROOT / ".ci" / "run",
+    ROOT / "provision/rocket-dkms/initramfs/rocket-dkms",  # an initramfs-tools hook
+]
 
 RUFF_CONFIG = ("--config", "tools/pyproject.toml")  # the whole tree's ruff settings
 

@@ -101,6 +101,22 @@ def test_package_ships_the_driver_for_dkms(rocket_deb, rocket: Config, tmp_path:
 
 
 @pytest.mark.upstream
+def test_the_initramfs_hook_is_shipped_executable_with_its_trigger(rocket_deb, tmp_path: Path):
+    deb = _deb(rocket_deb)
+    run("dpkg-deb", "-x", deb, tmp_path)
+    hook = tmp_path / "usr/share/initramfs-tools/hooks/rocket-dkms"
+    assert hook.read_bytes() == (ROOT / "provision/rocket-dkms/initramfs/rocket-dkms").read_bytes()
+    assert oct(hook.stat().st_mode)[-3:] == "755"
+    # debhelper's dh_installinitramfs: installing or upgrading rebuilds the initramfs.
+    control = tmp_path / "control"
+    run("dpkg-deb", "-e", deb, control)
+    assert "activate-noawait update-initramfs" in (control / "triggers").read_text()
+    # The hook's work: force_load (initramfs-tools' hook-functions) lists rocket in
+    # conf/modules, so the initramfs loads it before the root file system.
+    assert "force_load rocket" in hook.read_text()
+
+
+@pytest.mark.upstream
 def test_orig_tarball_holds_the_pinned_tree(rocket_deb, rocket: Config, tmp_path: Path):
     orig = rocket_deb[f"rocket-dkms_{rocket.version}.orig.tar.xz"]
     with tarfile.open(orig) as archive:

@@ -79,7 +79,9 @@ def render_debian_dir(config: Config, upstream: Path, debian: Path) -> None:
             if board_file.source.suffix == ".j2"
             else board_file.source.read_text(encoding="utf-8")
         )
-        write_atomically(debian / "board" / board_file.name, text)
+        # An executable board file (an initramfs hook) stays executable.
+        executable = board_file.source.stat().st_mode & 0o111
+        write_atomically(debian / "board" / board_file.name, text, 0o755 if executable else 0o644)
     write_atomically(
         debian / "metainfo" / f"{config.appstream_id}.metainfo.xml",
         render_file(METAINFO_TEMPLATE, context),
