@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 
+from kernel_lab import distribution_kernels
 from kernel_lab.drivers import ROCKET
 from kernel_lab.matrix import Packages, SuiteRun
 from kernel_lab.suites import DEFAULT_SUITE, PLANS
@@ -45,7 +46,18 @@ def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
         patched_tree=patched_copy(upstream_tree, scratch / "src"),
     )
     plan = dataclasses.replace(PLANS[DEFAULT_SUITE], flavours=("arm64", "arm64-16k"))
-    run = SuiteRun(plan, [packages, _rocket(scratch)], scratch / "lab", scratch / "lab.log")
+    # One simulated distribution kernel on this suite's kernel: Sky1-Linux's symbol for the
+    # NPU driver in its tree (the full matrix derives it from trixie-backports).
+    sky1 = next(kernel for kernel in distribution_kernels.load() if kernel.name == "sky1-linux")
+    sky1 = dataclasses.replace(
+        sky1,
+        base_suite=DEFAULT_SUITE,
+        expect={
+            "aipu-dkms": ["CONFIG_ARMCHINA_NPU is set"],
+            "rocket-dkms": ["CONFIG_DRM_ACCEL is off"],
+        },
+    )
+    run = SuiteRun(plan, [packages, _rocket(scratch)], scratch / "lab", scratch / "lab.log", [sky1])
     run.run()
     return run
 
@@ -70,6 +82,7 @@ def _rocket(scratch) -> Packages:
         driver=ROCKET,
         gate=rocket.kernel_config_gate,
         kernel_regex=rocket.kernel_regex,
+        board_files=tuple(board_file.installed_path for board_file in rocket.board_files),
     )
 
 
@@ -158,3 +171,16 @@ def test_rocket_skips_kernels_without_the_accel_core(suite_run, role):
 def test_rocket_life_cycle_beside_aipu(suite_run, column):
     cell = _cell(suite_run, "installed", column, "rocket-dkms")
     assert cell.status == "ok", f"{column}: {cell.detail} (log: {suite_run.log_path})"
+
+
+@pytest.mark.parametrize("package", ["aipu-dkms", "rocket-dkms"])
+def test_a_simulated_distribution_kernel_is_skipped_for_its_reasons(suite_run, package):
+    row = next(
+        row
+        for row in suite_run.rows
+        if row.role.startswith("simulated:") and row.package == package
+    )
+    assert row.kernel.endswith("-sim-sky1")
+    assert row.cells["build"].status == "excluded", row.cells["build"].detail
+    assert row.cells["autoinstall"].status == "ok"
+    assert row.cells["autoinstall"].detail.startswith("apt exit 0, headers configured")

@@ -1,6 +1,6 @@
 """The kernel matrix's report says what was proven, and no more."""
 
-from kernel_lab.matrix import format_table, untested_range
+from kernel_lab.matrix import SCHEMA_VERSION, format_table, untested_range
 
 
 def report(*kernels: str) -> dict:
@@ -151,7 +151,7 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     source = tmp_path / "kernel-matrix.json"
     document = {
         **report("7.3.4+deb13-arm64"),
-        "schema": 3,
+        "schema": SCHEMA_VERSION,
         "generated": "2026-11-23T00:00:00+00:00",
         "packages": {"aipu-dkms": {"version": "5.11.0-1", "next_version": "x"}},
     }

@@ -127,6 +127,7 @@ def packages_under_test(args: argparse.Namespace) -> list[Packages]:
                 DRIVERS[name],
                 config.kernel_config_gate,
                 config.kernel_regex,
+                tuple(board_file.installed_path for board_file in config.board_files),
             )
         )
     return builds

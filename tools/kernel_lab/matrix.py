@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pipeline.config import load_package
 
-from . import acpi, kernels, qemu, scenarios
+from . import acpi, distribution_kernels, initramfs, kernels, qemu, scenarios
 from .chroot import Chroot, Suite, create_chroot
 from .drivers import AIPU, Driver
 from .kernels import Kernel
@@ -43,9 +43,10 @@ COLUMNS = (
     "purge",
     "qemu",
     "acpi",
+    "initramfs",
     "warnings",
 )
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Packages:
     driver: Driver = AIPU
     gate: tuple[str, ...] = ("CONFIG_ARM64",)  # dkms.conf's BUILD_EXCLUSIVE_CONFIG
     kernel_regex: str = ""  # dkms.conf's BUILD_EXCLUSIVE_KERNEL
+    board_files: tuple[str, ...] = ()  # installed paths of the package's board files
 
     @property
     def name(self) -> str:
@@ -116,8 +118,15 @@ class SuiteRun:
         packages: Packages | list[Packages],
         workdir: Path,
         log: Path,
+        distributions: list[distribution_kernels.DistributionKernel] | None = None,
     ) -> None:
         self.plan = plan
+        # The simulated distribution kernels derived here; by default those based on the suite.
+        self.distributions = (
+            distribution_kernels.for_suite(plan.suite.name)
+            if distributions is None
+            else distributions
+        )
         self.suite = plan.suite
         self.builds = packages if isinstance(packages, list) else [packages]
         self.packages = self.builds[0]
@@ -219,6 +228,12 @@ class SuiteRun:
                 self._boots(
                     chroot, chosen, [rows[build.name, k.release] for k in chosen], modules, build
                 )
+        for build in self.builds:
+            self._initramfs(chroot, chosen, [rows[build.name, k.release] for k in chosen], build)
+        # Derived from the suite's current ABI (in backports the row after the installed one).
+        current = others[0] if self.plan.first == "previous" and others else first
+        for distribution in self.distributions:
+            self._distribution_kernel(chroot, current, distribution, installed)
         kept = (first, *others[:1])
         for kernel in others[1:]:
             # Only two kernels go on to the package upgrade: it rebuilds for each one.
@@ -357,6 +372,109 @@ class SuiteRun:
         others.sort(key=lambda kernel: (kernels.flavour(kernel.release) != "arm64", kernel.release))
         return [first, *others]
 
+    def _distribution_kernel(
+        self,
+        chroot: Chroot,
+        base: Kernel,
+        distribution: distribution_kernels.DistributionKernel,
+        installed: dict[str, bool],
+    ) -> None:
+        """A simulated distribution kernel: its headers installed with apt, then each
+        package's verdict (built, devfreq or not, or skipped for the expected reasons)."""
+        started = time.monotonic()
+        result = distribution_kernels.install(chroot, base, distribution)
+        spent = round(time.monotonic() - started, 1)
+        self.log(f"simulated kernel {result.kernel.release} ({distribution.name})", result.output)
+        for build in self.builds:
+            row = Row(
+                self.suite.name,
+                result.kernel.release,
+                f"simulated: {distribution.distribution}",
+                build.name,
+            )
+            self.rows.append(row)
+            row.cells["autoinstall"] = Cell(
+                "ok" if result.returncode == 0 and result.configured else "failed",
+                spent,
+                f"apt exit {result.returncode}, headers "
+                + ("configured" if result.configured else "left half-configured"),
+            )
+            if not installed[build.name]:
+                row.cells["build"] = Cell("skipped", detail="package install failed")
+                continue
+            expected = distribution.expect[build.name]
+            cell = self.cell(
+                row,
+                "build",
+                lambda b=build, e=expected: self._expected_verdict(chroot, result.kernel, b, e),
+            )
+            if cell.status == "ok":
+                self._warnings(chroot, result.kernel, build, row)
+            else:
+                row.cells["warnings"] = Cell("n/a", detail="nothing built")
+            for column in ("foreign-skip", "old-kernel-skip", "package-upgrade", "purge"):
+                row.cells[column] = Cell("n/a", detail="checked on the installed row")
+            for column in ("qemu", "acpi", "initramfs"):
+                row.cells[column] = Cell("n/a", detail="simulated kernel: headers only, no image")
+        self.log(f"remove {result.kernel.headers}", distribution_kernels.remove(chroot, result))
+
+    def _initramfs(
+        self, chroot: Chroot, chosen: list[Kernel], rows: list[Row], build: Packages
+    ) -> None:
+        """A package with an initramfs hook: its module loaded from a real initramfs of the
+        first kernel it was built for (the hook's work is the same for every kernel)."""
+        hooked = any(
+            path.startswith("/usr/share/initramfs-tools/hooks/") for path in build.board_files
+        )
+        first = next(
+            (
+                (kernel, row)
+                for kernel, row in zip(chosen, rows, strict=True)
+                if _module_file(chroot, kernel, build)
+            ),
+            None,
+        )
+        for kernel, row in zip(chosen, rows, strict=True):
+            if not hooked:
+                row.cells["initramfs"] = Cell("n/a", detail="no initramfs hook: udev loads it")
+            elif first is None or kernel is not first[0]:
+                row.cells["initramfs"] = Cell(
+                    "n/a",
+                    detail="no module for this kernel"
+                    if first is None
+                    else f"booted from the initramfs of {first[0].release}",
+                )
+        if hooked and first is not None:
+            self.cell(first[1], "initramfs", lambda: self._initramfs_boot(chroot, first[0], build))
+
+    def _initramfs_boot(self, chroot: Chroot, kernel: Kernel, build: Packages) -> Cell:
+        result = initramfs.boot_from_initramfs(chroot, kernel.release, build.driver, self.log)
+        problems = result.problems(build.driver)
+        if problems:
+            return Cell("failed", detail="; ".join(problems[:3]))
+        return Cell(
+            "ok",
+            detail=f"mkinitramfs with the package's hook: {build.driver.module} in conf/modules, "
+            "loaded by initramfs-tools' load_modules before any root file system, probe ran; "
+            "without the hook it does not load",
+        )
+
+    def _expected_verdict(
+        self, chroot: Chroot, kernel: Kernel, build: Packages, expected: str | list[str]
+    ) -> Cell:
+        devfreq = expected == "build-devfreq"
+        cell = self._module_check(chroot, kernel, build, build.version, devfreq=devfreq)
+        if isinstance(expected, str):
+            if cell.status != "ok":
+                return Cell("failed", detail=f"expected {expected}, got: {cell.detail}")
+            return cell
+        if cell.status != "excluded":
+            return Cell("failed", detail=f"expected a skip ({'; '.join(expected)}): {cell.detail}")
+        missing = [reason for reason in expected if reason not in cell.detail]
+        if missing:
+            return Cell("failed", detail=f"skipped, but not because {missing[0]}: {cell.detail}")
+        return cell
+
     # -- steps -------------------------------------------------------------------------
     def _install(self, chroot: Chroot, kernel: Kernel, build: Packages) -> Cell:
         step = scenarios.install_deb(chroot, build.deb)
@@ -365,9 +483,12 @@ class SuiteRun:
             return Cell("failed", detail=self._build_error(chroot, step.output, build))
         return self._module_check(chroot, kernel, build, build.version)
 
-    def _module_check(self, chroot: Chroot, kernel: Kernel, build: Packages, version: str) -> Cell:
+    def _module_check(
+        self, chroot: Chroot, kernel: Kernel, build: Packages, version: str, devfreq: bool = False
+    ) -> Cell:
         """Built and installed where the kernel is inside the package's gate; cleanly
-        skipped (no module, no failed DKMS state) where it is not."""
+        skipped (no module, no failed DKMS state) where it is not. The aipu module calls
+        CIX's SCMI helpers (its devfreq code) only where ``devfreq`` says the kernel has them."""
         module = build.driver.module
         state = scenarios.dkms_status(chroot, module).get(kernel.release)
         modules = scenarios.installed_modules(chroot, kernel, module)
@@ -389,7 +510,18 @@ class SuiteRun:
             return Cell("failed", detail=f"modinfo version {info.get('version')} != {version}")
         if info.get("vermagic", "").split(" ")[0] != kernel.release:
             return Cell("failed", detail=f"vermagic {info.get('vermagic')}")
-        return Cell("ok", detail=f"{modules[0]} version {version}")
+        scaling = ""
+        if build.driver == AIPU:  # its devfreq code follows the kernel
+            calls = distribution_kernels.imports_cix_scmi(chroot, modules[0])
+            if calls != devfreq:
+                return Cell(
+                    "failed",
+                    detail="devfreq compiled "
+                    + ("in, on a kernel without CIX's SCMI helpers" if calls else "out")
+                    + ("" if calls else ", on a kernel with CIX's SCMI helpers"),
+                )
+            scaling = ", devfreq " + ("on (calls CIX's SCMI helpers)" if calls else "off")
+        return Cell("ok", detail=f"{modules[0]} version {version}{scaling}")
 
     def _build_error(self, chroot: Chroot, output: str, build: Packages) -> str:
         logs = sorted(chroot.path(f"/var/lib/dkms/{build.driver.module}").rglob("make.log"))

@@ -365,13 +365,39 @@ def boot(
         return BootResult(release, time.monotonic() - started, console, cycles, driver=driver)
 
 
+def boot_initrd(
+    image: Path, initrd: Path, driver: Driver, directory: Path, timeout: float = 300
+) -> BootResult:
+    """Boot a ready initrd with QEMU's device tree plus the NPU node."""
+    require_tool("qemu-system-aarch64")
+    command = _qemu_command(image, initrd, device_tree(directory, image, driver), [])
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        console = result.stdout + result.stderr
+    except subprocess.TimeoutExpired as expired:
+        console = (expired.stdout or b"").decode(errors="replace") + "\nLAB: timeout"
+    release = re.search(r"LAB: booted (\S+)", console)
+    return BootResult(
+        release[1] if release else "?", time.monotonic() - started, console, driver=driver
+    )
+
+
 def kernel_module_dependencies(chroot: Chroot, release: str, module: Path) -> list[Path]:
     """The kernel's own modules ``module`` needs (modinfo's depends, recursively), from the
     suite's linux-modules (7.x) or linux-image (6.x) package, uncompressed."""
     wanted = _depends(module)
     if not wanted:
         return []
-    tree = _modules_tree(chroot, release)
+    tree = modules_tree(chroot, release)
     index = {path.name.split(".ko")[0].replace("-", "_"): path for path in tree.rglob("*.ko*")}
     found: dict[str, Path] = {}
     while wanted:
@@ -407,7 +433,7 @@ def _uncompressed(path: Path, directory: Path) -> Path:
     return target
 
 
-def _modules_tree(chroot: Chroot, release: str) -> Path:
+def modules_tree(chroot: Chroot, release: str) -> Path:
     """/lib/modules/<release>/kernel of the kernel's package, unpacked once per run."""
     cache = chroot.path("/var/cache/apt/archives")
     target = cache.parent / "lab-images" / f"{release}.modules"
