@@ -348,21 +348,8 @@ def boot(
         else:
             require_tool("iasl")
             command = _qemu_command(image, initrd, None, [], acpi=True)
-        started = time.monotonic()
-        try:
-            result = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-            console = result.stdout + result.stderr
-        except subprocess.TimeoutExpired as expired:
-            console = (expired.stdout or b"").decode(errors="replace") + "\nLAB: timeout"
-        return BootResult(release, time.monotonic() - started, console, cycles, driver=driver)
+        console, seconds = _run_guest(command, timeout)
+        return BootResult(release, seconds, console, cycles, driver=driver)
 
 
 def boot_initrd(
@@ -371,6 +358,13 @@ def boot_initrd(
     """Boot a ready initrd with QEMU's device tree plus the NPU node."""
     require_tool("qemu-system-aarch64")
     command = _qemu_command(image, initrd, device_tree(directory, image, driver), [])
+    console, seconds = _run_guest(command, timeout)
+    release = re.search(r"LAB: booted (\S+)", console)
+    return BootResult(release[1] if release else "?", seconds, console, driver=driver)
+
+
+def _run_guest(command: list[str], timeout: float) -> tuple[str, float]:
+    """The guest's console and the seconds it ran; a guest past ``timeout`` is stopped."""
     started = time.monotonic()
     try:
         result = subprocess.run(
@@ -385,10 +379,7 @@ def boot_initrd(
         console = result.stdout + result.stderr
     except subprocess.TimeoutExpired as expired:
         console = (expired.stdout or b"").decode(errors="replace") + "\nLAB: timeout"
-    release = re.search(r"LAB: booted (\S+)", console)
-    return BootResult(
-        release[1] if release else "?", time.monotonic() - started, console, driver=driver
-    )
+    return console, time.monotonic() - started
 
 
 def kernel_module_dependencies(chroot: Chroot, release: str, module: Path) -> list[Path]:
