@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -62,7 +62,6 @@ class Installed:
     returncode: int  # apt-get install's
     output: str
     configured: bool
-    facts: dict[str, str] = field(default_factory=dict)
 
 
 def load(path: Path = DESCRIPTION) -> list[DistributionKernel]:

@@ -95,8 +95,8 @@ def verdict(kmd: str, umd: str) -> Verdict:
     speaks = pairs.for_umd(umd_series)
     reason = own.changed
     if own.umd is not None and newer_than_own:
-        later = next((p for p in pairs.pairs if p.umd == umd_series), None)
-        reason = later.changed if later else "this libnoe is newer than the driver"
+        # What the later series that this libnoe speaks changed.
+        reason = speaks.changed if speaks else "this libnoe is newer than the driver"
     detail = (
         f"libnoe {umd} speaks KMD {speaks.kmd}."
         if speaks

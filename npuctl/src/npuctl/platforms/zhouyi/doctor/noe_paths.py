@@ -32,7 +32,8 @@ def _python_fits() -> bool:
     return SUPPORTED[0] <= sys.version_info[:2] <= SUPPORTED[1]
 
 
-def _umd_version(system: System) -> str | None:
+def umd_package_version(system: System) -> str | None:
+    """The installed cix-noe-umd package's version, if any."""
     result = system.run("dpkg-query", "-W", "-f=${Version}", "cix-noe-umd")
     return result.stdout.strip() if result and result.ok and result.stdout.strip() else None
 
@@ -86,7 +87,7 @@ def check_noe_paths(system: System, report: Report, timeout: float) -> None:
             )
         )
     if libnoe:
-        umd = _umd_version(system)
+        umd = umd_package_version(system)
         mismatch = umd is not None and _major_minor(umd) != _major_minor(libnoe["version"])
         report.add(
             Finding(

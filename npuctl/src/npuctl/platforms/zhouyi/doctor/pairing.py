@@ -13,6 +13,7 @@ from npuctl.doctor.findings import Finding, Report, Status
 from npuctl.system import System
 
 from ..driver_pairs import umd_from_library_name, umd_from_package, verdict
+from .noe_paths import umd_package_version
 
 AREA = "driver-version"
 FINDING = "versions"
@@ -34,8 +35,8 @@ def umd_version(system: System, library: Path) -> str:
     found = umd_from_library_name(Path(os.path.realpath(library)).name)
     if found:
         return found
-    result = system.run("dpkg-query", "-W", "-f=${Version}", "cix-noe-umd")
-    return umd_from_package(result.stdout.strip()) if result and result.ok else ""
+    package = umd_package_version(system)
+    return umd_from_package(package) if package else ""
 
 
 def report_pair(kmd: str, umd: str, report: Report) -> bool:
