@@ -41,7 +41,7 @@ def test_the_daemonset_runs_serve_where_the_doctor_says_healthy(board: Board):
         f"{NAMESPACE}/npu-healthy": "true",
     }
     container = pod["spec"]["containers"][0]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
     assert pod["metadata"]["annotations"]["cdi.k8s.io/npuctl"] == "armchina.com/npu=0"

@@ -279,7 +279,7 @@ def test_health_ready_and_metrics(server: Server) -> None:
     for stage in ("queue", "preprocess", "npu", "serialize"):
         assert f'npuctl_serve_stage_duration_seconds_count{{stage="{stage}"}}' in text
     assert "npuctl_serve_queue_depth 0.0" in text
-    assert 'npuctl_serve_job_reuse{model="text"} 1.0' in text
+    assert 'npuctl_serve_job_reuse{model="clip-text"} 1.0' in text
 
 
 def test_metrics_count_each_answer_before_the_client_reads_it(server: Server) -> None:
@@ -400,9 +400,10 @@ def test_full_queue_answers_429_with_retry_after(clip_board: Board) -> None:
 def test_npu_failure_fails_one_request_and_serving_goes_on(
     clip_board: Board, status: str, kind: str
 ) -> None:
-    # Start-up runs 9 inferences (the reuse probe of both models, the warm-up): the 12th is
-    # the third request's.
-    env = {**clip_board.env, "NOE_DOUBLE_FAIL": f"infer@12={status}"}
+    # Start-up runs 12 inferences (the reuse probe of both models: 3 each; the warm-up: the
+    # first golden input twice and the second once, per model): the 15th is the third
+    # request's.
+    env = {**clip_board.env, "NOE_DOUBLE_FAIL": f"infer@15={status}"}
     server = start(env)
     try:
         answers = [server.embed({"input": f"text {n}"}) for n in range(6)]
@@ -435,10 +436,17 @@ def test_missing_model_and_busy_port_are_one_line_errors(clip_board: Board) -> N
     finally:
         assert first.stop() == 0
     (clip_board.models / "clip_txt.cix").unlink()
-    missing = clip_board.npuctl("serve", "--port", "0", "--no-unix-socket")
+    missing = clip_board.npuctl("serve", "--models", "clip-text", "--port", "0", "--no-unix-socket")
     assert missing.returncode == 4
-    assert "clip-text" in missing.stderr
+    assert "clip-text" in missing.stderr and "npuctl models fetch clip-text" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+    (clip_board.models / "clip_visual.cix").unlink()
+    nothing = clip_board.npuctl("serve", "--port", "0", "--no-unix-socket")
+    assert nothing.returncode == 4, nothing.stderr
+    assert "no model to serve is downloaded" in nothing.stderr
+    assert len(nothing.stderr.strip().splitlines()) == 1
+    unknown = clip_board.npuctl("serve", "--models", "resnet", "--port", "0")
+    assert unknown.returncode == 2 and "no model 'resnet'" in unknown.stderr
 
 
 def test_client_that_disconnects_costs_no_npu_time(clip_board: Board) -> None:
@@ -475,7 +483,7 @@ def test_stale_job_reuse_is_detected_at_start(clip_board: Board) -> None:
     server = start({**clip_board.env, "NOE_DOUBLE_STALE_REUSE": "1"})
     try:
         assert "a new job per input" in server.stderr
-        assert server.metric('npuctl_serve_job_reuse{model="text"}') == 0
+        assert server.metric('npuctl_serve_job_reuse{model="clip-text"}') == 0
         first, second = (
             vector(server.embed({"input": text}).json()["data"][0]) for text in ("cat", "dog")
         )

@@ -51,6 +51,7 @@ class Embedder(Protocol):
     model_names: tuple[str, ...]  # the first is the one replies name
     dimensions: int
     modalities: tuple[str, ...]
+    keys: dict[str, str]  # modality -> the runtime's model that embeds it
 
     def prepare_text(self, text: str, truncate: bool) -> Prepared: ...
 
@@ -59,11 +60,15 @@ class Embedder(Protocol):
     def prepare_image(self, data: bytes) -> Prepared: ...
 
     def golden_inputs(self) -> tuple[Prepared, Prepared]:
-        """Two different inputs: /ready recomputes the first, start-up checks that the two
-        give different vectors (an NPU that ignores its input is not ready)."""
+        """Two different texts: the server's start-up checks that they give different
+        vectors (an NPU that ignores its input is not ready)."""
         ...
 
-    # The rest runs on the NPU owner thread only.
+    def vector(self, modality: str, outputs: list[np.ndarray]) -> np.ndarray:
+        """The embedding in a model's raw outputs."""
+        ...
+
+    # In-process use ('npuctl watch'): the caller's thread owns the NPU.
     def start(self) -> JobReuse:
         """Load the models (each proven in a child process first) and probe job reuse;
         raises NpuctlError with the doctor's message when that fails."""

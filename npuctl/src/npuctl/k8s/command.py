@@ -30,7 +30,7 @@ def k8s() -> None:
 @k8s.command(name="render")
 @click.option(
     "--family",
-    type=click.Choice([p.name for p in all_platforms() if p.embedder is not None]),
+    type=click.Choice([p.name for p in all_platforms() if p.serving is not None]),
     default="zhouyi",
     show_default=True,
 )
@@ -50,6 +50,12 @@ def k8s() -> None:
     default=None,
     help="[default: this machine's render group]",
 )
+@click.option(
+    "--api-key-secret",
+    default="npuctl-serve-api-key",
+    show_default=True,
+    help="The Secret whose key 'key' holds the API key the pods require (none: no key).",
+)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def render_command(
     family: str,
@@ -58,12 +64,18 @@ def render_command(
     port: int,
     device_via: str,
     render_gid: int | None,
+    api_key_secret: str,
     output: Path | None,
 ) -> None:
     """Print (or write to --output) the manifests: a DaemonSet of npuctl serve on the nodes
     labelled npuctl.io/npu-healthy=true, its Service, and the device plugin if chosen."""
     choices = Choices(
-        image, namespace, port, device_via=device_via, render_gid=render_gid or _render_gid()
+        image,
+        namespace,
+        port,
+        device_via=device_via,
+        render_gid=render_gid or _render_gid(),
+        api_key_secret=None if api_key_secret == "none" else api_key_secret,
     )
     text = render(by_name(family), choices)
     if output is None:

@@ -23,6 +23,7 @@ class Choices:
     deadline: int = 30
     device_via: str = "cdi"  # or "device-plugin"
     render_gid: int = 107
+    api_key_secret: str | None = "npuctl-serve-api-key"  # None: the pods take no key
 
 
 def render(platform: Platform, choices: Choices) -> str:
@@ -37,6 +38,8 @@ def render(platform: Platform, choices: Choices) -> str:
         "deadline": choices.deadline,
         "device_via": choices.device_via,
         "render_gid": choices.render_gid,
+        "workers": platform.serve_workers,
+        "api_key_secret": choices.api_key_secret,
         "label_namespace": NAMESPACE,
         "labels": {
             "app.kubernetes.io/name": "npuctl-serve",

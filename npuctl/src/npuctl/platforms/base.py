@@ -40,9 +40,14 @@ class Platform:
     commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     # Options of the whole command line ('npuctl --OPTION ...') the platform's runtime reads.
     global_options: tuple[Callable[[click.Command], click.Command], ...] = ()
-    # 'npuctl serve': (module under the package, factory(settings) -> npuctl.embedder.Embedder),
-    # or None when the family has no embedding model yet.
+    # In-process embeddings ('npuctl watch'): (module under the package,
+    # factory(settings) -> npuctl.embedder.Embedder), or None when the family embeds nothing.
     embedder: tuple[str, str] | None = None
+    # 'npuctl serve': (module, factory(settings, models: tuple[str, ...] | None, workers: int)
+    # -> npuctl.serve.models.Serving), or None when the family serves nothing yet.
+    serving: tuple[str, str] | None = None
+    # 'npuctl serve --workers' on a fleet node: NPU owner threads the runtime can use at once.
+    serve_workers: int = 1
     # 'npuctl cdi': (module, edits(system, options) -> cdi.spec.NpuEdits), or None.
     cdi: tuple[str, str] | None = None
     # The CDI kind (vendor/class) of its NPU, and its device nodes as a device plugin shares

@@ -4,6 +4,7 @@ systemd when ready, and drain in-flight requests on SIGTERM."""
 from __future__ import annotations
 
 import gc
+import ipaddress
 import logging
 import signal
 import sys
@@ -15,18 +16,70 @@ import click
 
 from ..cli import Settings, pass_settings
 from ..defaults import default_serve_socket
-from ..embedder import Embedder, embedding_platform
 from ..errors import ExitCode, NpuctlError
-from . import affinity, systemd
-from .http import Limits, Listener, Service, TcpListener, UnixListener
+from ..platforms import all_platforms, by_name, detect
+from ..platforms.base import Platform
+from ..system import System
+from . import affinity, auth, systemd
+from .http import PUBLIC_DEFAULT, PUBLIC_PATHS, Limits, Listener, Service, TcpListener, UnixListener
 from .metrics import Metrics
+from .models import Serving
 from .owner import NpuOwner
 
 log = logging.getLogger("npuctl.serve")
 DEFAULT_PORT = 8340
 
 
+def _names(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    if not names:
+        raise click.BadParameter("name at least one model (npuctl models list)")
+    return names
+
+
+def _public(value: str) -> frozenset[str]:
+    names = frozenset(name.strip() for name in value.split(",") if name.strip())
+    unknown = names - set(PUBLIC_PATHS) - {"none"}
+    if unknown:
+        raise click.BadParameter(
+            f"unknown {', '.join(sorted(unknown))}: choose from {', '.join(PUBLIC_PATHS)} or none"
+        )
+    return names - {"none"}
+
+
 @click.command()
+@click.option(
+    "--models",
+    "model_names",
+    default=None,
+    metavar="NAME,...",
+    help="The models to serve (yolo,clip on the Zhouyi; ssdlite,mobilenet,mobilenet-v2 on the "
+    "RK3588) [default: every model of the NPU that is downloaded].",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="NPU owner threads, each with its own runtime (RK3588: one Teflon delegate each, so "
+    "jobs can reach the NPU's three cores; the Zhouyi's libnoe takes one).",
+)
+@click.option(
+    "--api-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Require this key: 'Authorization: Bearer KEY' or DeepStack's form field api_key "
+    f"[default: $CREDENTIALS_DIRECTORY/{auth.CREDENTIAL} under systemd, else no key].",
+)
+@click.option(
+    "--public",
+    default=",".join(sorted(PUBLIC_DEFAULT)),
+    show_default=True,
+    metavar="health,metrics,openapi|none",
+    help="What answers without the API key (health: /health, /ready and /v2/health/*).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -118,23 +171,42 @@ def serve(
     deadline: float,
     truncate: bool,
     cpu: str,
+    model_names: str | None,
+    workers: int,
+    api_key_file: Path | None,
+    public: str,
 ) -> None:
-    """An OpenAI-compatible embedding service on the NPU: POST /v1/embeddings (texts and
-    images in one vector space), GET /v1/models, /health, /ready and /metrics."""
+    """The inference server of the board's NPU: DeepStack's POST /v1/vision/detection and
+    /v1/vision/classification, OpenAI's POST /v1/embeddings, the open inference protocol
+    (KServe v2: /v2/models/NAME/infer), /health, /ready, /metrics and /openapi.json."""
     logging.basicConfig(level=logging.INFO, format="npuctl serve: %(message)s", stream=sys.stderr)
-    platform = embedding_platform(settings.platform)
-    module, factory = platform.embedder  # type: ignore[misc]
-    embedder: Embedder = getattr(platform.module(module), factory)(settings)
+    try:
+        wanted, opened = _names(model_names), _public(public)
+    except click.BadParameter as error:
+        raise NpuctlError(f"{error.message}", ExitCode.USAGE) from None
+    key = auth.load_key(api_key_file)
+    platform = serving_platform(settings.platform)
+    module, factory = platform.serving  # type: ignore[misc]
+    serving: Serving = getattr(platform.module(module), factory)(settings, wanted, workers)
     socket_path = None if no_unix_socket else (unix_socket or default_serve_socket())
     if no_tcp and socket_path is None:
         raise NpuctlError(
             "--no-tcp leaves nothing to listen on: give --unix-socket PATH", ExitCode.USAGE
         )
-    limits = Limits(max_body, max_inputs, max_connections, read_timeout, deadline)
+    if key is None and not no_tcp and not _loopback(host):
+        log.warning(
+            "listening on %s without an API key: anyone who reaches it may use the NPU "
+            "(give --api-key-file)",
+            host,
+        )
+    limits = Limits(
+        max_body, max_inputs, max_connections, read_timeout, deadline,
+        max_image_pixels=settings.max_image_pixels,
+    )  # fmt: skip
     placement = affinity.pin(cpu)  # before any thread starts: they inherit it
     metrics = Metrics()
-    owner = NpuOwner(embedder, queue_size, metrics)
-    service = Service(embedder, owner, metrics, limits, embedder.model_names, truncate)
+    owner = NpuOwner(serving.runtimes, serving.models, queue_size, metrics)
+    service = Service(serving, owner, metrics, limits, truncate, platform.name, key, opened)
     listeners = _listen(service, None if no_tcp else (host, port), socket_path)
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -162,6 +234,9 @@ def serve(
         log.info("%s: %s", name, "one NPU job reused" if reused else owner.reuse.why.get(name, ""))
     systemd.start_watchdog(lambda: _npu_answers(owner, deadline), stop)
     systemd.notify("READY=1")
+    log.info(
+        "models: %s", ", ".join(f"{name} ({model.task})" for name, model in serving.models.items())
+    )
     log.info("ready: %s (%s)", " and ".join(_where(listener) for listener in listeners), placement)
     stop.wait()
     log.info("stopping: finishing the requests in flight")
@@ -171,6 +246,29 @@ def serve(
     service.wait_idle(deadline + 5)
     owner.stop()
     log.info("stopped")
+
+
+def serving_platform(forced: str | None) -> Platform:
+    """--platform if given, else the NPU of this machine, else the first family that serves
+    (so the libnoe double and --library work on any machine, as 'npuctl run' does)."""
+    found = detect(System())
+    platform = by_name(forced) if forced else (found[0] if found else None)
+    if platform is None:
+        platform = next(p for p in all_platforms() if p.serving is not None)
+    if platform.serving is None:
+        families = ", ".join(p.name for p in all_platforms() if p.serving is not None)
+        raise NpuctlError(
+            f"npuctl serves nothing on the {platform.title} yet; serve runs on: {families}",
+            ExitCode.USAGE,
+        )
+    return platform
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _listen(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import select
 import socket
 import socketserver
@@ -20,16 +21,44 @@ from pathlib import Path
 
 import numpy as np
 
-from ..embedder import Embedder, NpuFailure
+from .. import __version__
+from ..defaults import DEFAULT_MAX_IMAGE_PIXELS
+from ..embedder import NpuFailure
 from ..embeddings import normalise
-from . import api, wire
+from ..errors import InputError
+from ..images import decode_rgb
+from . import api, auth, kserve, openapi, vision_api, wire
 from .metrics import CONTENT_TYPE, Metrics
-from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, cosine
+from .models import CLASSIFICATION, DETECTION, ServedModel, Serving
+from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, cosine, flat_outputs
 
 log = logging.getLogger("npuctl.serve")
 
-ENDPOINTS = ("/v1/embeddings", "/v1/models", "/health", "/ready", "/metrics")
+ENDPOINTS = (
+    "/v1/embeddings",
+    "/v1/models",
+    "/v1/vision/detection",
+    "/v1/vision/classification",
+    "/v2",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2/models/{name}",
+    "/v2/models/{name}/ready",
+    "/v2/models/{name}/infer",
+    "/health",
+    "/ready",
+    "/metrics",
+    "/openapi.json",
+)
 JSON = "application/json"
+# What answers without the API key: --public takes these names.
+PUBLIC_PATHS = {
+    "health": ("/health", "/ready", "/v2/health/live", "/v2/health/ready"),
+    "metrics": ("/metrics",),
+    "openapi": ("/openapi.json",),
+}
+PUBLIC_DEFAULT = frozenset({"health", "openapi"})
+_V2_MODEL = re.compile(r"^/v2/models/([^/]+)(?:/versions/1)?(/ready|/infer)?$")
 # How often a waiting request looks whether its client is still there.
 _PEER_CHECK_SECONDS = 0.2
 
@@ -41,7 +70,8 @@ class Limits:
     max_connections: int = 64  # open at once; more are answered 503 and closed
     read_timeout: float = 10.0  # seconds to send one request, and to idle on keep-alive
     deadline: float = 30.0  # seconds from a complete request to the start of its inference
-    ready_interval: float = 5.0  # /ready recomputes the golden vector at most this often
+    ready_interval: float = 5.0  # /ready recomputes the golden answers at most this often
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS  # of one uploaded image (before decoding)
 
 
 class ClientGone(Exception):
@@ -49,24 +79,30 @@ class ClientGone(Exception):
 
 
 class Service:
-    """What every listener shares: the NPU owner, the limits, the metrics, the open
-    connections and the requests in flight (for draining)."""
+    """What every listener shares: the NPU owners, the served models, the limits, the
+    metrics, the open connections and the requests in flight (for draining)."""
 
     def __init__(
         self,
-        embedder: Embedder,
+        serving: Serving,
         owner: NpuOwner,
         metrics: Metrics,
         limits: Limits,
-        model_names: tuple[str, ...],
         truncate: bool,
+        platform: str = "npuctl",
+        key: bytes | None = None,
+        public: frozenset[str] = PUBLIC_DEFAULT,
     ) -> None:
-        self.embedder = embedder
+        self.serving = serving
+        self.embedder = serving.embedder
         self.owner = owner
         self.metrics = metrics
         self.limits = limits
-        self.model_names = model_names
+        self.model_names = self.embedder.model_names if self.embedder else ()
         self.truncate = truncate
+        self.platform = platform
+        self.key = key
+        self.public = public
         self.created = int(time.time())
         self.loaded = threading.Event()
         self.draining = threading.Event()
@@ -129,6 +165,9 @@ class Service:
             return self._idle.wait_for(lambda: not self._in_flight, timeout)
 
     # -- answers --------------------------------------------------------------------------
+    def authorized(self, offered: bytes | None) -> bool:
+        return self.key is None or auth.matches(self.key, offered)
+
     def ready(self) -> tuple[bool, str]:
         if self.draining.is_set():
             return False, "shutting down"
@@ -138,30 +177,30 @@ class Service:
             checked, ok, reason = self._ready
             if time.monotonic() - checked < self.limits.ready_interval:
                 return ok, reason
-            golden = self.embedder.golden_inputs()[0]
-            try:
-                (work,) = self.owner.submit([golden], time.monotonic() + self.limits.deadline)
-                while (vector := work.result(self.limits.deadline)) is None:
-                    pass
-            except QueueFull:
-                return ok, reason  # busy, not broken: keep the last verdict
-            except NpuFailure as failure:
-                ok, reason = False, f"the golden input failed: {failure}"
-            else:
-                assert self.owner.golden is not None
-                similarity = cosine(vector, self.owner.golden)
-                ok = similarity >= GOLDEN_MIN_COSINE
-                reason = (
-                    "ready"
-                    if ok
-                    else f"the golden embedding drifted (cosine {similarity:.4f} to the one "
-                    "computed at start): run 'npuctl doctor'"
-                )
+            ok, reason = True, "ready"
+            for name, model in self.serving.models.items():
+                try:
+                    outputs = self._infer(model.key, model.golden()[0], lambda: False)
+                except api.ApiError as error:
+                    if error.status == 429:
+                        return self._ready[1], self._ready[2]  # busy, not broken
+                    ok, reason = False, f"{name}: the golden input failed: {error}"
+                    break
+                similarity = cosine(flat_outputs(outputs), self.owner.golden[name])
+                if similarity < GOLDEN_MIN_COSINE:
+                    ok, reason = (
+                        False,
+                        (
+                            f"{name}: the golden answer drifted (cosine {similarity:.4f} to "
+                            "the one computed at start): run 'npuctl doctor'"
+                        ),
+                    )
+                    break
             self._ready = (time.monotonic(), ok, reason)
             self.metrics.ready.set(1 if ok else 0)
             return ok, reason
 
-    def embed(self, body: bytes, peer_gone: Callable[[], bool]) -> bytes:
+    def _check_loaded(self) -> None:
         if not self.loaded.is_set():
             raise api.ApiError(
                 503,
@@ -170,14 +209,10 @@ class Service:
                 kind="loading",
                 headers={"Retry-After": "1"},
             )
-        started = time.perf_counter()
-        request = api.parse(
-            body, self.embedder, self.model_names, self.limits.max_inputs, self.truncate
-        )
-        prepared = time.perf_counter()
-        self.metrics.stage("preprocess", prepared - started)
+
+    def _submit(self, items: list[tuple[str, list[np.ndarray]]]) -> list[Work]:
         try:
-            works = self.owner.submit(request.inputs, time.monotonic() + self.limits.deadline)
+            return self.owner.submit(items, time.monotonic() + self.limits.deadline)
         except QueueFull as full:
             raise api.ApiError(
                 429,
@@ -186,24 +221,120 @@ class Service:
                 kind="queue_full",
                 headers={"Retry-After": str(full.retry_after)},
             ) from None
-        vectors = self._results(works, peer_gone)
+
+    def _infer(
+        self, key: str, tensors: list[np.ndarray], peer_gone: Callable[[], bool]
+    ) -> list[np.ndarray]:
+        (outputs,) = self._results(self._submit([(key, tensors)]), peer_gone)
+        return outputs
+
+    def embed(self, body: bytes, peer_gone: Callable[[], bool]) -> bytes:
+        self._check_loaded()
+        embedder = self.embedder
+        if embedder is None:
+            raise api.ApiError(
+                404,
+                "this server has no embedding model: start it with an embedding model in "
+                "--models (GET /v2/models lists what it serves)",
+                "model_not_found",
+                kind="model_not_found",
+            )
+        started = time.perf_counter()
+        request = api.parse(body, embedder, self.model_names, self.limits.max_inputs, self.truncate)
+        prepared = time.perf_counter()
+        self.metrics.stage("preprocess", prepared - started)
+        works = self._submit(
+            [(embedder.keys[item.modality], [item.tensor]) for item in request.inputs]
+        )
+        results = self._results(works, peer_gone)
         encoded = time.perf_counter()
         encode = api.encoder(request.encoding)
         tokens = sum(item.tokens for item in request.inputs)
-        answer = api.reply(
-            [encode(normalise(vector)) for vector in vectors], self.model_names[0], tokens
-        )
+        vectors = [
+            encode(normalise(embedder.vector(item.modality, outputs)))
+            for item, outputs in zip(request.inputs, results, strict=True)
+        ]
+        answer = api.reply(vectors, self.model_names[0], tokens)
         self.metrics.stage("serialize", time.perf_counter() - encoded)
         for item in request.inputs:
             self.metrics.input(item.modality)
+            self.metrics.model_answered(embedder.keys[item.modality], "ok")
         self.metrics.tokens.inc(tokens)
         return answer
 
-    def _results(self, works: list[Work], peer_gone: Callable[[], bool]) -> list[np.ndarray]:
-        vectors = []
+    def vision(self, task: str, request: wire.Request, peer_gone: Callable[[], bool]) -> bytes:
+        """POST /v1/vision/detection or /classification, DeepStack's way."""
+        self._check_loaded()
+        started = time.perf_counter()
+        try:
+            asked = vision_api.parse(_body(request), request.headers.get("content-type", ""))
+        except vision_api.VisionError as error:
+            raise api.ApiError(400, str(error), "invalid_request") from None
+        offered = asked.api_key if asked.api_key is not None else auth.bearer(request.headers)
+        if not self.authorized(offered):
+            raise _unauthorized()
+        candidates = self.serving.of_task(task)
+        if not candidates:
+            raise api.ApiError(
+                404,
+                f"this server has no {task} model: start it with one in --models "
+                "(GET /v2/models lists what it serves)",
+                "model_not_found",
+                kind="model_not_found",
+            )
+        model = candidates[0]
+        try:
+            picture = decode_rgb(asked.image, self.limits.max_image_pixels, "the image")
+        except InputError as error:
+            raise api.ApiError(400, str(error), "invalid_image") from None
+        tensors, context = model.prepare(picture)  # type: ignore[attr-defined]
+        self.metrics.stage("preprocess", time.perf_counter() - started)
+        outputs = self._infer(model.key, tensors, peer_gone)
+        finished = time.perf_counter()
+        if task == DETECTION:
+            found = model.detections(outputs, context, asked.min_confidence)  # type: ignore[attr-defined]
+            answer = vision_api.detection_reply(found, finished - started)
+        else:
+            classes = model.classes(outputs, asked.top_k)  # type: ignore[attr-defined]
+            answer = vision_api.classification_reply(classes, finished - started)
+        self.metrics.stage("serialize", time.perf_counter() - finished)
+        self.metrics.model_answered(model.name, "ok")
+        return answer
+
+    def v2_infer(
+        self, name: str, request: wire.Request, peer_gone: Callable[[], bool]
+    ) -> tuple[bytes, dict[str, str]]:
+        self._check_loaded()
+        model = self.v2_model(name)
+        started = time.perf_counter()
+        try:
+            asked = kserve.parse(_body(request), request.headers, model)
+        except kserve.V2Error as error:
+            raise api.ApiError(400, str(error), "invalid_request") from None
+        self.metrics.stage("preprocess", time.perf_counter() - started)
+        outputs = self._infer(model.key, asked.tensors, peer_gone)
+        finished = time.perf_counter()
+        answer = kserve.reply(model, asked, outputs)
+        self.metrics.stage("serialize", time.perf_counter() - finished)
+        self.metrics.model_answered(model.name, "ok")
+        return answer
+
+    def v2_model(self, name: str) -> ServedModel:
+        model = self.serving.models.get(name)
+        if model is None:
+            raise api.ApiError(
+                404,
+                f"no model {name[:100]!r}; this server has {', '.join(self.serving.models)}",
+                "model_not_found",
+                kind="model_not_found",
+            )
+        return model
+
+    def _results(self, works: list[Work], peer_gone: Callable[[], bool]) -> list[list[np.ndarray]]:
+        results = []
         for work in works:
             try:
-                while (vector := work.result(_PEER_CHECK_SECONDS)) is None:
+                while (outputs := work.result(_PEER_CHECK_SECONDS)) is None:
                     if peer_gone():
                         raise ClientGone
             except ClientGone:
@@ -211,11 +342,22 @@ class Service:
                 raise
             except NpuFailure as failure:
                 _cancel(works)
+                self.metrics.model_answered(work.key, failure.kind)
                 raise api.ApiError(
                     503, f"the NPU failed: {failure}", failure.kind, kind=failure.kind
                 ) from None
-            vectors.append(vector)
-        return vectors
+            results.append(outputs)
+        return results
+
+
+def _unauthorized() -> api.ApiError:
+    return api.ApiError(
+        401,
+        "a valid API key is required: send 'Authorization: Bearer KEY' (or the form field api_key)",
+        "invalid_api_key",
+        kind="unauthorized",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def _cancel(works: list[Work]) -> None:
@@ -266,9 +408,7 @@ class Handler(socketserver.BaseRequestHandler):
         """Answer one request; whether the connection stays open."""
         service = self.server.service
         method, path = request.method, request.path
-        # A bounded label set: every model id counts as /v1/models, anything else as other.
-        endpoint = "/v1/models" if path.startswith("/v1/models/") else path
-        endpoint = endpoint if endpoint in ENDPOINTS else "other"
+        endpoint = _endpoint(path)
         close = not request.keep_alive
         service.begin()
         started = time.perf_counter()
@@ -279,16 +419,17 @@ class Handler(socketserver.BaseRequestHandler):
             service.end()
             return False
         except api.ApiError as error:
-            status, body, content_type, headers = error.status, error.body(), JSON, error.headers
+            status, body, content_type, headers = (
+                error.status,
+                _error_body(path, error),
+                JSON,
+                error.headers,
+            )
             service.metrics.errors.labels(error.kind).inc()
         except Exception:  # a bug must cost one request, not the server
             log.exception("internal error answering %s %s", method, path[:200])
-            status, body, content_type, headers = (
-                500,
-                api.ApiError(500, "internal error (see the service log)", "internal").body(),
-                JSON,
-                {},
-            )
+            error = api.ApiError(500, "internal error (see the service log)", "internal")
+            status, body, content_type, headers = 500, _error_body(path, error), JSON, {}
             service.metrics.errors.labels("internal").inc()
         close = close or service.draining.is_set()
         # Counted before it is sent: a client that reads /metrics right after its answer
@@ -317,15 +458,15 @@ class Handler(socketserver.BaseRequestHandler):
         method, path = request.method, request.path
         if method not in ("GET", "HEAD", "POST"):
             raise api.ApiError(405, f"{method} is not served here", "method_not_allowed")
-        if path == "/v1/embeddings":
-            if method != "POST":
-                raise api.ApiError(405, "use POST /v1/embeddings", "method_not_allowed")
-            body = _body(request)
-            if service.draining.is_set():
-                raise api.ApiError(503, "the server is shutting down", "shutting_down")
-            return 200, service.embed(body, self._peer_gone), JSON, {}
+        if (
+            service.key is not None
+            and not path.startswith("/v1/vision/")  # DeepStack's key may be in the form
+            and not _public(path, service.public)
+            and not service.authorized(auth.bearer(request.headers))
+        ):
+            raise _unauthorized()
         if method == "POST":
-            raise api.ApiError(405, f"{path[:200]} takes GET", "method_not_allowed")
+            return self._post(request)
         if path == "/health":
             return 200, b'{"status":"ok"}', JSON, {}
         if path == "/ready":
@@ -334,9 +475,48 @@ class Handler(socketserver.BaseRequestHandler):
             return (200 if ok else 503), body.encode(), JSON, {}
         if path == "/metrics":
             return 200, service.metrics.render(), CONTENT_TYPE, {}
+        if path == "/openapi.json":
+            return 200, openapi.document(service), JSON, {}
         if path == "/v1/models" or path.startswith("/v1/models/"):
             return self._models(path)
+        if path == "/v2/health/live":
+            return 200, b"", JSON, {}
+        if path == "/v2/health/ready":
+            return (200 if service.ready()[0] else 503), b"", JSON, {}
+        if path == "/v2":
+            document = {
+                "name": "npuctl",
+                "version": __version__,
+                "extensions": ["binary_tensor_data"],
+            }
+            return 200, json.dumps(document).encode(), JSON, {}
+        found = _V2_MODEL.match(path)
+        if found and found.group(2) != "/infer":
+            model = service.v2_model(found.group(1))
+            if found.group(2) == "/ready":
+                return (200 if service.ready()[0] else 503), b"", JSON, {}
+            document = kserve.metadata(model, service.platform)
+            return 200, json.dumps(document).encode(), JSON, {}
+        if path in POST_ENDPOINTS or found:
+            raise api.ApiError(405, f"use POST {path[:200]}", "method_not_allowed")
         raise api.ApiError(404, f"no such endpoint: {path[:200]}", "not_found")
+
+    def _post(self, request: wire.Request) -> tuple[int, bytes, str, dict[str, str]]:
+        service = self.server.service
+        path = request.path
+        found = _V2_MODEL.match(path)
+        if path not in POST_ENDPOINTS and not (found and found.group(2) == "/infer"):
+            raise api.ApiError(405, f"{path[:200]} takes GET", "method_not_allowed")
+        if service.draining.is_set():
+            raise api.ApiError(503, "the server is shutting down", "shutting_down")
+        if path == "/v1/embeddings":
+            return 200, service.embed(_body(request), self._peer_gone), JSON, {}
+        if found:
+            body, headers = service.v2_infer(found.group(1), request, self._peer_gone)
+            kind = "application/octet-stream" if headers else JSON
+            return 200, body, kind, headers
+        task = DETECTION if path == "/v1/vision/detection" else CLASSIFICATION
+        return 200, service.vision(task, request, self._peer_gone), JSON, {}
 
     def _models(self, path: str) -> tuple[int, bytes, str, dict[str, str]]:
         service = self.server.service
@@ -366,6 +546,32 @@ class Handler(socketserver.BaseRequestHandler):
             return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except (OSError, ValueError):
             return True
+
+
+POST_ENDPOINTS = ("/v1/embeddings", "/v1/vision/detection", "/v1/vision/classification")
+
+
+def _endpoint(path: str) -> str:
+    """A bounded label set: every model id counts as its route, anything else as other."""
+    if path.startswith("/v1/models/"):
+        return "/v1/models"
+    found = _V2_MODEL.match(path)
+    if found:
+        return "/v2/models/{name}" + (found.group(2) or "")
+    return path if path in ENDPOINTS else "other"
+
+
+def _public(path: str, public: frozenset[str]) -> bool:
+    return any(path in PUBLIC_PATHS[name] for name in public)
+
+
+def _error_body(path: str, error: api.ApiError) -> bytes:
+    """The error in the shape of the API the path belongs to."""
+    if path.startswith("/v1/vision/"):
+        return vision_api.error_body(error.status, str(error))
+    if path.startswith("/v2"):
+        return json.dumps({"error": str(error)}).encode()
+    return error.body()
 
 
 def _body(request: wire.Request) -> bytes:

@@ -27,6 +27,7 @@ ERROR_KINDS = (
     "slow_client",
     "busy",
     "loading",
+    "unauthorized",
     "internal",
 )
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -77,6 +78,20 @@ class Metrics:
             registry=registry,
         )
         self._stage = {stage: self.stages.labels(stage) for stage in STAGES}
+        self.model_durations = Histogram(
+            "npuctl_serve_model_duration_seconds",
+            "Time of one inference on the NPU, by model.",
+            ["model"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._model: dict[str, Any] = {}
+        self.model_requests = Counter(
+            "npuctl_serve_model_requests",
+            "Inputs answered, by model and outcome (ok or the error kind).",
+            ["model", "outcome"],
+            registry=registry,
+        )
         self._answered: dict[tuple[str, int], Any] = {}
         self.request_seconds = Histogram(
             "npuctl_serve_request_duration_seconds",
@@ -95,6 +110,15 @@ class Metrics:
 
     def stage(self, name: str, seconds: float) -> None:
         self._stage[name].observe(seconds)
+
+    def model_seconds(self, model: str, seconds: float) -> None:
+        histogram = self._model.get(model)
+        if histogram is None:
+            histogram = self._model[model] = self.model_durations.labels(model)
+        histogram.observe(seconds)
+
+    def model_answered(self, model: str, outcome: str) -> None:
+        self.model_requests.labels(model, outcome).inc()
 
     def input(self, modality: str) -> None:
         self._inputs[modality].inc()

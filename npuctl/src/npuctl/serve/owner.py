@@ -1,6 +1,8 @@
-"""The one thread that owns the NPU. The vendor runtimes are not thread-safe, so every call
-into them happens here; requests wait in a bounded queue, each with a deadline, and tensors
-are prepared and vectors encoded by the request threads, so the NPU never waits for them."""
+"""The threads that own the NPU. The vendor runtimes are not thread-safe, so every call into
+one happens on its owner thread (one per runtime: libnoe has one, the RK3588 one per --workers,
+each with its own delegate); requests wait in one bounded queue that every owner takes from,
+each with a deadline, and tensors are prepared and answers encoded by the request threads, so
+the NPU never waits for them."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import time
 
 import numpy as np
 
-from ..embedder import Embedder, JobReuse, NpuFailure, Prepared
+from ..embedder import JobReuse, NpuFailure
 from ..errors import NpuctlError
 from .metrics import Metrics
+from .models import Runtime, ServedModel
 
 # A vector must match the start-up golden vector this closely (cosine) to count as ready.
 GOLDEN_MIN_COSINE = 0.999
@@ -38,117 +41,158 @@ class Work:
     """One input on its way through the NPU. Lighter than a concurrent.futures.Future or a
     threading.Event: the hand-over between threads is most of the server's own cost."""
 
-    __slots__ = ("_done", "cancelled", "deadline", "enqueued", "error", "prepared", "vector")
+    __slots__ = ("_done", "cancelled", "deadline", "enqueued", "error", "key", "outputs", "tensors")
 
-    def __init__(self, prepared: Prepared, deadline: float) -> None:
-        self.prepared = prepared
+    def __init__(self, key: str, tensors: list[np.ndarray], deadline: float) -> None:
+        self.key = key
+        self.tensors = tensors
         self.deadline = deadline
         self.enqueued = time.monotonic()
         self._done = _thread.allocate_lock()
         self._done.acquire()  # released once, by finish()
-        self.vector: np.ndarray | None = None
+        self.outputs: list[np.ndarray] | None = None
         self.error: BaseException | None = None
         self.cancelled = False  # the client left: skip it
 
-    def finish(self, vector: np.ndarray | None, error: BaseException | None = None) -> None:
-        self.vector, self.error = vector, error
+    def finish(self, outputs: list[np.ndarray] | None, error: BaseException | None = None) -> None:
+        self.outputs, self.error = outputs, error
         self._done.release()
 
-    def result(self, timeout: float) -> np.ndarray | None:
-        """The vector; None while not done after ``timeout``; raises the inference's error."""
+    def result(self, timeout: float) -> list[np.ndarray] | None:
+        """The outputs; None while not done after ``timeout``; raises the inference's error."""
         if not self._done.acquire(timeout=timeout):
             return None
         self._done.release()  # done stays done for the next caller
         if self.error is not None:
             raise self.error
-        return self.vector
+        return self.outputs
 
 
 class NpuOwner:
-    def __init__(self, embedder: Embedder, capacity: int, metrics: Metrics) -> None:
-        self.embedder = embedder
+    def __init__(
+        self,
+        runtimes: list[Runtime],
+        models: dict[str, ServedModel],
+        capacity: int,
+        metrics: Metrics,
+    ) -> None:
+        self.runtimes = runtimes
+        self.models = models
         self.capacity = capacity
         self.metrics = metrics
         self.reuse = JobReuse()
-        self.golden: np.ndarray | None = None
-        self.busy_since: float | None = None  # when the NPU call in progress started
+        self.golden: dict[str, np.ndarray] = {}  # each model's answer to its golden input
+        self._busy: list[float | None] = [None] * len(runtimes)  # when each owner's call began
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
         self._service_seconds = 0.0  # moving average of one NPU call
-        self._started = threading.Event()
-        self._start_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="npu-owner", daemon=True)
+        self._threads = [
+            threading.Thread(
+                target=self._run, args=(index,), name=f"npu-owner-{index}", daemon=True
+            )
+            for index in range(len(runtimes))
+        ]
+        self._started = [threading.Event() for _ in runtimes]
+        self._start_errors: list[BaseException | None] = [None] * len(runtimes)
         metrics.queue_depth.set_function(lambda: self._pending)  # read when scraped
+
+    @property
+    def busy_since(self) -> float | None:
+        """When the oldest NPU call in progress started."""
+        return min((since for since in self._busy if since is not None), default=None)
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> None:
-        """Load, probe and warm up on the owner thread; raise what went wrong there."""
-        self._thread.start()
-        self._started.wait()
-        if self._start_error is not None:
-            self._thread.join()
-            raise self._start_error
+        """Load, probe and warm up every runtime on its owner thread, one after the other (a
+        second delegate is not opened while the first loads); raise what went wrong there."""
+        for index, thread in enumerate(self._threads):
+            thread.start()
+            self._started[index].wait()
+            if (error := self._start_errors[index]) is not None:
+                self.stop()
+                raise error
 
     def stop(self) -> None:
         """Finish what is queued, then release the NPU."""
-        self._queue.put(_STOP)
-        self._thread.join()
+        alive = [thread for thread in self._threads if thread.is_alive()]
+        for _ in alive:
+            self._queue.put(_STOP)
+        for thread in alive:
+            thread.join()
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
+        runtime = self.runtimes[index]
         try:
-            self.reuse = self.embedder.start()
-            self.golden = self._warm_up()
+            reuse = runtime.start()
+            if index == 0:
+                self.reuse = reuse
+                for model in self.models.values():
+                    model.bind(runtime)
+            self._warm_up(index, runtime)
         except BaseException as error:  # handed to start(), which raises it in the caller
-            self._start_error = error
-            self._started.set()
+            self._start_errors[index] = error
+            self._started[index].set()
             return
-        self._started.set()
+        self._started[index].set()
         try:
             while (work := self._queue.get()) is not _STOP:
-                self._serve(work)
+                self._serve(index, runtime, work)
         finally:
-            self.embedder.stop()
+            runtime.stop()
 
-    def _warm_up(self) -> np.ndarray:
-        first, second = self.embedder.golden_inputs()
-        golden = self._timed(first)
-        again = self._timed(first)
-        other = self._timed(second)
-        if not np.all(np.isfinite(golden)):
-            raise NpuctlError("the NPU's warm-up embedding is not finite: run 'npuctl doctor'")
-        if cosine(golden, again) < GOLDEN_MIN_COSINE:
-            raise NpuctlError(
-                "the NPU gives different embeddings for the same input: run 'npuctl doctor'"
-            )
-        if cosine(golden, other) >= GOLDEN_MIN_COSINE:
-            raise NpuctlError(
-                "the NPU gives the same embedding for different inputs: run 'npuctl doctor'"
-            )
-        return golden
+    def _warm_up(self, index: int, runtime: Runtime) -> None:
+        for name, model in self.models.items():
+            first, *others = model.golden()
+            golden = flat_outputs(self._timed(index, runtime, model.key, first))
+            again = flat_outputs(self._timed(index, runtime, model.key, first))
+            if not np.all(np.isfinite(golden)):
+                raise NpuctlError(
+                    f"{name}: the NPU's warm-up answer is not finite: run 'npuctl doctor'"
+                )
+            if cosine(golden, again) < GOLDEN_MIN_COSINE:
+                raise NpuctlError(
+                    f"{name}: the NPU gives different answers for the same input: "
+                    "run 'npuctl doctor'"
+                )
+            for other in others:
+                if (
+                    cosine(golden, flat_outputs(self._timed(index, runtime, model.key, other)))
+                    >= GOLDEN_MIN_COSINE
+                ):
+                    raise NpuctlError(
+                        f"{name}: the NPU gives the same answer for different inputs: "
+                        "run 'npuctl doctor'"
+                    )
+            if index == 0:
+                self.golden[name] = golden
+            elif cosine(golden, self.golden[name]) < GOLDEN_MIN_COSINE:
+                raise NpuctlError(
+                    f"{name}: worker {index} answers differently from worker 0: run 'npuctl doctor'"
+                )
 
     # -- the queue ------------------------------------------------------------------------
-    def submit(self, items: list[Prepared], deadline: float) -> list[Work]:
-        """Queue every item of one request, or none of them (QueueFull)."""
+    def submit(self, items: list[tuple[str, list[np.ndarray]]], deadline: float) -> list[Work]:
+        """Queue every (model, tensors) of one request, or none of them (QueueFull)."""
         with self._lock:
             if self._pending + len(items) > self.capacity:
                 raise QueueFull(self.retry_after(len(items)))
             self._pending += len(items)
-        works = [Work(item, deadline) for item in items]
+        works = [Work(key, tensors, deadline) for key, tensors in items]
         for work in works:
             self._queue.put(work)
         return works
 
     def retry_after(self, extra: int = 1) -> int:
         """Seconds until the queue has room for ``extra`` more, from the measured service time."""
-        wait = (self._pending + extra - self.capacity) * self._service_seconds
+        wait = (self._pending + extra - self.capacity) * self._service_seconds / len(self.runtimes)
         return max(1, math.ceil(wait))
 
     @property
     def pending(self) -> int:
         return self._pending
 
-    def _serve(self, work: Work) -> None:
+    def _serve(self, index: int, runtime: Runtime, work: Work) -> None:
         with self._lock:
             self._pending -= 1
         if work.cancelled:
@@ -160,23 +204,31 @@ class NpuOwner:
             work.finish(None, DeadlineExceeded(now - work.enqueued))
             return
         try:
-            work.finish(self._timed(work.prepared))
+            work.finish(self._timed(index, runtime, work.key, work.tensors))
         except Exception as error:  # NpuFailure, or a bug: one input fails, serving goes on
             work.finish(None, error)
 
-    def _timed(self, prepared: Prepared) -> np.ndarray:
-        started = self.busy_since = time.monotonic()
+    def _timed(
+        self, index: int, runtime: Runtime, key: str, tensors: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        started = self._busy[index] = time.monotonic()
         try:
-            return self.embedder.embed(prepared)
+            return runtime.infer(key, tensors)
         finally:
-            self.busy_since = None
+            self._busy[index] = None
             seconds = time.monotonic() - started
             self.metrics.stage("npu", seconds)
-            self._service_seconds = (
-                seconds
-                if not self._service_seconds
-                else 0.8 * self._service_seconds + 0.2 * seconds
-            )
+            self.metrics.model_seconds(key, seconds)
+            with self._lock:
+                self._service_seconds = (
+                    seconds
+                    if not self._service_seconds
+                    else 0.8 * self._service_seconds + 0.2 * seconds
+                )
+
+
+def flat_outputs(outputs: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(output, dtype=np.float64).ravel() for output in outputs])
 
 
 def cosine(left: np.ndarray, right: np.ndarray) -> float:

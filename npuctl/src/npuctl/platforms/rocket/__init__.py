@@ -36,8 +36,12 @@ PLATFORM = Platform(
     locate=locate,
     absent="no rockchip,rk3588 SoC in the device tree",
     run_commands={
-        "mobilenet": ("commands", "mobilenet", "Classify images with MobileNet (rocket)."),
+        "mobilenet": ("commands", "mobilenet", "Classify images with MobileNet V1 (rocket)."),
+        "mobilenet-v2": ("commands", "mobilenet_v2", "Classify images with MobileNet V2 (rocket)."),
+        "ssdlite": ("commands", "ssdlite", "Detect objects with SSDLite MobileDet (rocket)."),
     },
+    serving=("serving", "open_serving"),
+    serve_workers=3,  # the NPU's three cores; Mesa's rocket runs one job stream per core
     cdi=("cdi", "edits"),
     cdi_kind="rockchip.com/npu",
     device_paths=("/dev/accel/accel0",),

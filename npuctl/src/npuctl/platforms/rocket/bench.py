@@ -12,20 +12,21 @@ from npuctl.models.manifest import Entry
 from npuctl.output import progress_bar
 
 from .commands import managed_file
-from .runtime import Classifier, delegate_of
+from .runtime import LiteModel, delegate_of
 
 
-def _time(loaded: Classifier, iterations: int, warmup: int, label: str, shown: bool) -> list[float]:
+def _time(loaded: LiteModel, iterations: int, warmup: int, label: str, shown: bool) -> list[float]:
     rng = np.random.default_rng(0)
-    info = loaded.input
-    tensor = rng.integers(0, 256, info.shape).astype(np.int16)
-    tensor = (tensor - (128 if info.dtype == np.int8 else 0)).astype(info.dtype)
+    tensors = []
+    for info in loaded.inputs:
+        tensor = rng.integers(0, 256, info.shape).astype(np.int16)
+        tensors.append((tensor - (128 if info.dtype == np.int8 else 0)).astype(info.dtype))
     for _ in range(warmup):
-        loaded.run(tensor)
+        loaded.run_all(tensors)
     seconds = []
     with progress_bar(iterations, label, shown=shown) as bar:
         for _ in range(iterations):
-            seconds.append(loaded.run(tensor).seconds)
+            seconds.append(loaded.run_all(tensors)[1])
             bar.update(1)
     return seconds
 
@@ -39,8 +40,8 @@ def bench(
     shown: bool,
 ) -> tuple[Path, dict[str, list[float]]]:
     path = model or managed_file(settings, entry.name)
-    npu = Classifier(path, delegate_of(settings))
-    cpu = Classifier(path, None)
+    npu = LiteModel(path, delegate_of(settings))
+    cpu = LiteModel(path, None)
     return path, {
         "npu": _time(npu, iterations, warmup, f"{entry.name} on the NPU", shown),
         "cpu": _time(cpu, iterations, warmup, f"{entry.name} on the CPU", shown),

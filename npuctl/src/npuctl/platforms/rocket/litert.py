@@ -69,6 +69,7 @@ def interpreter(model: Path, delegate: Path | None, quiet: bool = True) -> Any:
 def _tensor(detail: dict) -> dict[str, object]:
     scale, zero_point = detail.get("quantization") or (0.0, 0)
     return {
+        "name": str(detail.get("name", "")),
         "index": int(detail["index"]),
         "shape": [int(size) for size in detail["shape"]],
         "dtype": str(

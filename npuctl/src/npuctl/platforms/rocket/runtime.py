@@ -35,6 +35,7 @@ class TensorSpec:
     dtype: np.dtype
     scale: float
     zero_point: int
+    name: str = ""
 
     @classmethod
     def of(cls, described: dict) -> TensorSpec:
@@ -44,6 +45,7 @@ class TensorSpec:
             np.dtype(str(described["dtype"])),
             float(described["scale"]),
             int(described["zero_point"]),
+            str(described.get("name", "")),
         )
 
     @property
@@ -103,8 +105,9 @@ class Timed:
     seconds: float
 
 
-class Classifier:
-    """A quantized image classifier (1 x H x W x 3 in, one score per class out)."""
+class LiteModel:
+    """A .tflite model, proven in a child process (through the delegate) before it is loaded
+    here; ``run`` takes one tensor per input and gives every output."""
 
     def __init__(self, model: Path, delegate: Path | None) -> None:
         self.path = model
@@ -114,12 +117,31 @@ class Classifier:
         if delegate is not None:
             probe_delegate(delegate)
         described = probe_model(model, delegate)
-        self.input = _image_input(model, [TensorSpec.of(t) for t in described["inputs"]])
-        outputs = [TensorSpec.of(t) for t in described["outputs"]]
-        if len(outputs) != 1:
-            raise ModelError(f"{model} has {len(outputs)} outputs, a classifier has one")
-        self.output = outputs[0]
+        self.inputs = [TensorSpec.of(t) for t in described["inputs"]]
+        self.outputs = [TensorSpec.of(t) for t in described["outputs"]]
+        self._check()
         self._interpreter: Any = interpreter(model, delegate)
+
+    def _check(self) -> None:
+        """What this kind of model must look like (ModelError otherwise)."""
+
+    def run_all(self, tensors: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
+        started = time.perf_counter()
+        for spec, tensor in zip(self.inputs, tensors, strict=True):
+            self._interpreter.set_tensor(spec.index, tensor)
+        self._interpreter.invoke()
+        raw = [self._interpreter.get_tensor(spec.index).copy() for spec in self.outputs]
+        return raw, time.perf_counter() - started
+
+
+class Classifier(LiteModel):
+    """A quantized image classifier (1 x H x W x 3 in, one score per class out)."""
+
+    def _check(self) -> None:
+        self.input = image_input(self.path, self.inputs)
+        if len(self.outputs) != 1:
+            raise ModelError(f"{self.path} has {len(self.outputs)} outputs, a classifier has one")
+        self.output = self.outputs[0]
 
     @property
     def size(self) -> tuple[int, int]:
@@ -130,14 +152,11 @@ class Classifier:
         return int(np.prod(self.output.shape))
 
     def run(self, tensor: np.ndarray) -> Timed:
-        started = time.perf_counter()
-        self._interpreter.set_tensor(self.input.index, tensor)
-        self._interpreter.invoke()
-        raw = self._interpreter.get_tensor(self.output.index).reshape(-1).copy()
-        return Timed(raw, time.perf_counter() - started)
+        raw, seconds = self.run_all([tensor])
+        return Timed(raw[0].reshape(-1), seconds)
 
 
-def _image_input(model: Path, inputs: list[TensorSpec]) -> TensorSpec:
+def image_input(model: Path, inputs: list[TensorSpec]) -> TensorSpec:
     if len(inputs) != 1:
         raise ModelError(f"{model} has {len(inputs)} inputs; an image classifier has one")
     (spec,) = inputs

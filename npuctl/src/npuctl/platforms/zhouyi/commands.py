@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from npuctl.cli import Settings, pass_settings
 from npuctl.embeddings import normalise, similarity
 from npuctl.errors import InputError
-from npuctl.files import check_writable_file, write_atomically
 from npuctl.images import open_rgb
 from npuctl.output import emit_json, matrix, table
 from npuctl.params import UTF8_TEXT
+from npuctl.vision import check_annotate_target, write_annotated
 
 from .noe.binding import TensorInfo, quantize
 from .pipelines import clip_image, yolo
@@ -246,29 +246,3 @@ def yolo_command(
             [[d.label, f"{d.score:.2f}", *[f"{v:.0f}" for v in d.box]] for d in detections],
         )
     )
-
-
-def check_annotate_target(target: Path) -> None:
-    problem = check_writable_file(target, "--annotate")
-    if problem is None and target.suffix.lower() not in Image.registered_extensions():
-        problem = f"--annotate {target}: unknown image type {target.suffix!r}; use .png or .jpg"
-    if problem is not None:
-        raise InputError(problem)
-
-
-def write_annotated(picture: Image.Image, detections: list[yolo.Detection], target: Path) -> None:
-    drawn = picture.copy()
-    draw = ImageDraw.Draw(drawn)
-    for detection in detections:
-        draw.rectangle(detection.box, outline=(255, 64, 0), width=3)
-        draw.text(
-            (detection.box[0] + 3, detection.box[1] + 2),
-            f"{detection.label} {detection.score:.2f}",
-            fill=(255, 64, 0),
-        )
-    image_format = Image.registered_extensions()[target.suffix.lower()]
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(target, lambda path: drawn.save(path, format=image_format))
-    except (OSError, ValueError) as error:
-        raise InputError(f"cannot write {target}: {error}") from error

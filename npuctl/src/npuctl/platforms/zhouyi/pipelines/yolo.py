@@ -9,90 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from npuctl.vision import COCO_CLASSES, Detection
+
 SIZE = 640
 PAD_VALUE = 114
-COCO_CLASSES = (
-    "person",
-    "bicycle",
-    "car",
-    "motorcycle",
-    "airplane",
-    "bus",
-    "train",
-    "truck",
-    "boat",
-    "traffic light",
-    "fire hydrant",
-    "stop sign",
-    "parking meter",
-    "bench",
-    "bird",
-    "cat",
-    "dog",
-    "horse",
-    "sheep",
-    "cow",
-    "elephant",
-    "bear",
-    "zebra",
-    "giraffe",
-    "backpack",
-    "umbrella",
-    "handbag",
-    "tie",
-    "suitcase",
-    "frisbee",
-    "skis",
-    "snowboard",
-    "sports ball",
-    "kite",
-    "baseball bat",
-    "baseball glove",
-    "skateboard",
-    "surfboard",
-    "tennis racket",
-    "bottle",
-    "wine glass",
-    "cup",
-    "fork",
-    "knife",
-    "spoon",
-    "bowl",
-    "banana",
-    "apple",
-    "sandwich",
-    "orange",
-    "broccoli",
-    "carrot",
-    "hot dog",
-    "pizza",
-    "donut",
-    "cake",
-    "chair",
-    "couch",
-    "potted plant",
-    "bed",
-    "dining table",
-    "toilet",
-    "tv",
-    "laptop",
-    "mouse",
-    "remote",
-    "keyboard",
-    "cell phone",
-    "microwave",
-    "oven",
-    "toaster",
-    "sink",
-    "refrigerator",
-    "book",
-    "clock",
-    "vase",
-    "scissors",
-    "teddy bear",
-    "hair drier",
-    "toothbrush",
-)
 
 
 @dataclass(frozen=True)
@@ -102,22 +22,6 @@ class Letterbox:
     pad_y: float
     width: int  # original image
     height: int
-
-
-@dataclass(frozen=True)
-class Detection:
-    label: str
-    class_id: int
-    score: float
-    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in original pixels
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "label": self.label,
-            "class_id": self.class_id,
-            "score": round(self.score, 4),
-            "box": [round(v, 1) for v in self.box],
-        }
 
 
 def letterbox(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, Letterbox]:

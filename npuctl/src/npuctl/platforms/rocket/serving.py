@@ -1,0 +1,193 @@
+"""The RK3588 NPU in 'npuctl serve': SSDLite MobileDet served as detection, MobileNet V1/V2 as
+classification. Each worker is one interpreter per model with its own Teflon delegate, so
+--workers N lets N jobs reach the NPU's cores at once; every model file and the delegate are
+proven in a child process once, before any worker loads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PIL import Image
+
+from npuctl.embedder import JobReuse, NpuFailure
+from npuctl.errors import ExitCode, ModelError, NpuctlError
+from npuctl.serve.models import CLASSIFICATION, DETECTION, Serving, TensorMeta, choose
+
+from . import detect
+from .classify import image_tensor, read_labels, top
+from .commands import managed_file
+from .litert import interpreter, load_module
+from .runtime import (
+    TensorSpec,
+    check_tflite_file,
+    delegate_of,
+    image_input,
+    probe_delegate,
+    probe_model,
+)
+
+if TYPE_CHECKING:
+    from npuctl.cli import Settings
+    from npuctl.serve.models import Runtime
+    from npuctl.vision import Detection
+
+# Served models and the other names --models takes for them.
+KNOWN = {
+    "ssdlite": ("ssdlite-mobiledet", "mobiledet"),
+    "mobilenet": ("mobilenet-v1",),
+    "mobilenet-v2": (),
+}
+DESCRIPTIONS = {
+    "ssdlite": "SSDLite MobileDet object detection, COCO",
+    "mobilenet": "MobileNet V1 image classification, 1001 ImageNet classes",
+    "mobilenet-v2": "MobileNet V2 image classification, 1001 ImageNet classes",
+}
+
+
+class LiteRuntime:
+    """One worker: an interpreter per model, each through a delegate of its own."""
+
+    def __init__(
+        self, files: dict[str, Path], delegate: Path | None, specs: dict[str, Any]
+    ) -> None:
+        self.files = files
+        self.delegate = delegate
+        self.specs = specs  # key -> (inputs, outputs) as the child probe described them
+        self._interpreters: dict[str, Any] = {}
+
+    def start(self) -> JobReuse:
+        for key, path in self.files.items():
+            self._interpreters[key] = interpreter(path, self.delegate)
+        return JobReuse({key: True for key in self.files})
+
+    def infer(self, key: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
+        loaded = self._interpreters[key]
+        inputs, outputs = self.specs[key]
+        try:
+            for spec, tensor in zip(inputs, tensors, strict=True):
+                loaded.set_tensor(spec.index, tensor)
+            loaded.invoke()  # the runtime lets go of the GIL meanwhile
+            return [loaded.get_tensor(spec.index).copy() for spec in outputs]
+        except (RuntimeError, ValueError) as error:
+            raise NpuFailure(f"the TensorFlow Lite runtime failed: {error}") from None
+
+    def stop(self) -> None:
+        self._interpreters.clear()
+
+
+def _golden_picture() -> Image.Image:
+    ramp = np.linspace(0, 255, 224, dtype=np.float32)
+    pixels = np.stack(
+        [
+            np.add.outer(ramp, ramp) / 2,
+            np.abs(np.subtract.outer(ramp, ramp)),
+            np.outer(ramp, ramp) / 255,
+        ],
+        axis=-1,
+    )
+    return Image.fromarray(pixels.astype(np.uint8), "RGB")
+
+
+def _metas(specs: list[TensorSpec], fallback: str) -> tuple[TensorMeta, ...]:
+    return tuple(
+        TensorMeta(spec.name or f"{fallback}{index}", spec.dtype, spec.shape)
+        for index, spec in enumerate(specs)
+    )
+
+
+class _Served:
+    task = ""
+
+    def __init__(self, name: str, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
+        self.name = self.key = name
+        self.description = DESCRIPTIONS.get(name, name)
+        self.input_specs, self.output_specs = inputs, outputs
+        self.input = inputs[0]
+
+    def bind(self, runtime: Runtime) -> None:
+        """The child probe described the tensors already."""
+
+    @property
+    def inputs(self) -> tuple[TensorMeta, ...]:
+        return _metas(self.input_specs, "input")
+
+    @property
+    def outputs(self) -> tuple[TensorMeta, ...]:
+        return _metas(self.output_specs, "output")
+
+    def prepare(self, picture: Image.Image) -> tuple[list[np.ndarray], object]:
+        return [image_tensor(picture, self.input)], picture.size
+
+    def golden(self) -> list[list[np.ndarray]]:
+        return [self.prepare(_golden_picture())[0]]
+
+
+class SsdDetector(_Served):
+    task = DETECTION
+
+    def __init__(
+        self, name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], path: Path
+    ) -> None:
+        super().__init__(name, inputs, outputs)
+        self.order = detect.output_order(path, outputs)
+        self.labels = detect.read_labels(None)
+
+    def detections(
+        self, outputs: list[np.ndarray], context: object, min_confidence: float
+    ) -> list[Detection]:
+        assert isinstance(context, tuple)
+        return detect.detections(outputs, self.order, context, self.labels, min_confidence)
+
+
+class MobileNetClassifier(_Served):
+    task = CLASSIFICATION
+
+    def __init__(
+        self, name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], labels: list[str]
+    ) -> None:
+        super().__init__(name, inputs, outputs)
+        if len(outputs) != 1:
+            raise ModelError(f"{name} has {len(outputs)} outputs, a classifier has one")
+        self.labels = labels
+
+    def classes(self, outputs: list[np.ndarray], count: int) -> list[tuple[str, float]]:
+        raw = outputs[0].reshape(-1)
+        return [(p.label, p.score) for p in top(raw, self.output_specs[0], self.labels, count)]
+
+
+def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: int) -> Serving:
+    manifest = settings.manifest
+    available = [name for name in KNOWN if (settings.models_dir / manifest.get(name).file).exists()]
+    try:
+        chosen = choose(KNOWN, available, wanted)
+    except ValueError as error:
+        raise NpuctlError(str(error), ExitCode.USAGE) from None
+    if not chosen:
+        raise NpuctlError(
+            "no model to serve is downloaded: npuctl models fetch ssdlite mobilenet",
+            ExitCode.MODEL,
+        )
+    delegate = delegate_of(settings)
+    load_module()  # a missing runtime is said before anything else
+    probe_delegate(delegate)
+    files: dict[str, Path] = {}
+    specs: dict[str, Any] = {}
+    models: dict[str, Any] = {}
+    for name in chosen:
+        path = files[name] = managed_file(settings, name)
+        check_tflite_file(path)
+        described = probe_model(path, delegate)
+        inputs = [TensorSpec.of(t) for t in described["inputs"]]
+        outputs = [TensorSpec.of(t) for t in described["outputs"]]
+        image_input(path, inputs)
+        specs[name] = (inputs, outputs)
+        if name == "ssdlite":
+            models[name] = SsdDetector(name, inputs, outputs, path)
+        else:
+            classes = int(np.prod(outputs[0].shape)) if outputs else 0
+            labels = read_labels(managed_file(settings, "mobilenet-labels"), classes)
+            models[name] = MobileNetClassifier(name, inputs, outputs, labels)
+    runtimes = [LiteRuntime(files, delegate, specs) for _ in range(workers)]
+    return Serving(models, runtimes)  # type: ignore[arg-type]

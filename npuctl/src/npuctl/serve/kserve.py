@@ -1,0 +1,182 @@
+"""The open inference protocol (KServe v2, as Triton speaks it over HTTP): model metadata, and
+inference requests as JSON tensors or with the binary-data extension (a JSON header of
+Inference-Header-Content-Length bytes, then each binary tensor's bytes in order), which is
+what Triton's own client sends by default. No I/O here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .models import NUMPY_OF_V2, ServedModel, TensorMeta
+
+HEADER_LENGTH = "inference-header-content-length"
+VERSION = "1"  # every model has one version
+
+
+class V2Error(ValueError):
+    """A request the model cannot take: 400 with {"error": message}."""
+
+
+@dataclass
+class InferRequest:
+    id: str | None
+    tensors: list[np.ndarray]  # in the model's input order
+    outputs: list[tuple[TensorMeta, bool]]  # the outputs to return, and whether as binary
+
+
+def metadata(model: ServedModel, platform: str) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "versions": [VERSION],
+        "platform": platform,
+        "inputs": [meta.document() for meta in model.inputs],
+        "outputs": [meta.document() for meta in model.outputs],
+    }
+
+
+def parse(body: bytes, headers: dict[str, str], model: ServedModel) -> InferRequest:
+    header_length = headers.get(HEADER_LENGTH)
+    if header_length is not None:
+        try:
+            split = int(header_length)
+        except ValueError:
+            raise V2Error("Inference-Header-Content-Length is not a number") from None
+        if not 0 < split <= len(body):
+            raise V2Error(
+                f"Inference-Header-Content-Length {split} is outside the body's {len(body)} bytes"
+            )
+        head, binary = body[:split], memoryview(body)[split:]
+    else:
+        head, binary = body, memoryview(b"")
+    try:
+        document = json.loads(head)
+    except (ValueError, RecursionError) as error:
+        raise V2Error(f"the request is not valid JSON ({error})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("inputs"), list):
+        raise V2Error('the request must be a JSON object with a list "inputs"')
+    request_id = document.get("id")
+    given: dict[str, np.ndarray] = {}
+    offset = 0
+    wanted = {meta.name: meta for meta in model.inputs}
+    for item in document["inputs"]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise V2Error('each input must be an object with a "name"')
+        name = item["name"]
+        meta = wanted.get(name)
+        if meta is None:
+            raise V2Error(
+                f"{model.name} has no input {name[:100]!r}; its inputs: "
+                + ", ".join(f"{m.name} ({m.datatype} {list(m.shape)})" for m in model.inputs)
+            )
+        array, used = _tensor(item, meta, binary[offset:])
+        offset += used
+        given[name] = array
+    if offset != len(binary):
+        raise V2Error(f"{len(binary) - offset} bytes of binary data belong to no input")
+    missing = [name for name in wanted if name not in given]
+    if missing:
+        raise V2Error(f"{model.name} needs the input(s) {', '.join(missing)}")
+    return InferRequest(
+        request_id if isinstance(request_id, str) else None,
+        [given[meta.name] for meta in model.inputs],
+        _outputs(document, model),
+    )
+
+
+def _tensor(item: dict, meta: TensorMeta, binary: memoryview) -> tuple[np.ndarray, int]:
+    datatype, shape = item.get("datatype"), item.get("shape")
+    if datatype != meta.datatype:
+        raise V2Error(f"input {meta.name} is {meta.datatype}, not {str(datatype)[:20]}")
+    if not isinstance(shape, list) or not all(
+        isinstance(size, int) and not isinstance(size, bool) for size in shape
+    ):
+        raise V2Error(f'input {meta.name}: "shape" must be a list of integers')
+    if tuple(shape) != meta.shape:
+        raise V2Error(f"input {meta.name} has the shape {list(meta.shape)}, not {shape[:8]}")
+    dtype = NUMPY_OF_V2[meta.datatype]
+    parameters = item.get("parameters") or {}
+    size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
+    if size is not None:
+        expected = meta.elements * dtype.itemsize
+        if size != expected:
+            raise V2Error(f"input {meta.name} takes {expected} bytes of binary data, not {size}")
+        if len(binary) < size:
+            raise V2Error(f"input {meta.name}: the body ends before its {size} bytes")
+        return np.frombuffer(binary[:size], dtype=dtype).reshape(meta.shape).copy(), size
+    data = item.get("data")
+    if data is None:
+        raise V2Error(f'input {meta.name} has no "data" (nor binary data)')
+    try:
+        values = np.asarray(data)
+    except ValueError:
+        raise V2Error(f"input {meta.name}: the data is not a regular array") from None
+    if values.size != meta.elements or values.dtype.kind not in "biuf":
+        raise V2Error(
+            f"input {meta.name} takes {meta.elements} numbers, not {values.size} "
+            f"{'numbers' if values.dtype.kind in 'biuf' else 'values of another kind'}"
+        )
+    if dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        if values.dtype.kind == "f" and not np.all(
+            np.isfinite(values) & (values == np.rint(values))
+        ):
+            raise V2Error(f"input {meta.name} is {meta.datatype}: whole numbers only")
+        if values.size and (values.min() < limits.min or values.max() > limits.max):
+            raise V2Error(
+                f"input {meta.name} is {meta.datatype}: values in {limits.min}..{limits.max}"
+            )
+    return values.astype(dtype).reshape(meta.shape), 0
+
+
+def _outputs(document: dict, model: ServedModel) -> list[tuple[TensorMeta, bool]]:
+    parameters = document.get("parameters") or {}
+    binary_default = isinstance(parameters, dict) and parameters.get("binary_data_output") is True
+    requested = document.get("outputs")
+    if requested is None:
+        return [(meta, binary_default) for meta in model.outputs]
+    if not isinstance(requested, list):
+        raise V2Error('"outputs" must be a list')
+    by_name = {meta.name: meta for meta in model.outputs}
+    chosen = []
+    for item in requested:
+        name = item.get("name") if isinstance(item, dict) else None
+        if name not in by_name:
+            raise V2Error(
+                f"{model.name} has no output {str(name)[:100]!r}; its outputs: "
+                + ", ".join(by_name)
+            )
+        options = item.get("parameters") or {}
+        binary = options.get("binary_data", binary_default) if isinstance(options, dict) else False
+        chosen.append((by_name[name], binary is True))
+    return chosen
+
+
+def reply(
+    model: ServedModel, request: InferRequest, outputs: list[np.ndarray]
+) -> tuple[bytes, dict[str, str]]:
+    """The answer body and its extra headers."""
+    index = {meta.name: i for i, meta in enumerate(model.outputs)}
+    documents, blobs = [], []
+    for meta, binary in request.outputs:
+        value = np.ascontiguousarray(outputs[index[meta.name]], dtype=meta.dtype)
+        shape = list(meta.shape) if value.size == meta.elements else list(value.shape)
+        document: dict[str, Any] = {"name": meta.name, "datatype": meta.datatype, "shape": shape}
+        if binary:
+            blob = value.tobytes()
+            document["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            document["data"] = value.reshape(-1).tolist()
+        documents.append(document)
+    answer: dict[str, Any] = {"model_name": model.name, "model_version": VERSION}
+    if request.id is not None:
+        answer["id"] = request.id
+    answer["outputs"] = documents
+    head = json.dumps(answer, separators=(",", ":")).encode()
+    if not blobs:
+        return head, {}
+    return head + b"".join(blobs), {"Inference-Header-Content-Length": str(len(head))}
