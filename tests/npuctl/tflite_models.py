@@ -1,15 +1,19 @@
 """Small .tflite models built at test time with PyPI's `tflite` flatbuffer builders, so the
 rocket tests need no downloaded model: an image classifier with MobileNet's interface (uint8
-NHWC image in, uint8 scores out, one FULLY_CONNECTED op), a float variant, and a model whose
-input is not an image. Weights come from a fixed seed: the same bytes every run."""
+NHWC image in, uint8 scores out, one FULLY_CONNECTED op), a float variant, a model whose
+input is not an image, and an SSD detector ending in TFLite's detection post-processing op.
+Weights come from a fixed seed: the same bytes every run."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import flatbuffers
 import numpy as np
+from flatbuffers import flexbuffers
 
 # The package's __init__ re-exports the generated classes under the module names; the
 # builder functions live in the modules themselves.
@@ -159,3 +163,249 @@ def classifier(
     builder.Finish(Model.End(builder), file_identifier=b"TFL3")
     path.write_bytes(builder.Output())
     return path
+
+
+# -- a general builder: tensors and operators as data -------------------------------------
+Pool2DOptions = importlib.import_module("tflite.Pool2DOptions")
+
+
+@dataclass
+class TensorDef:
+    name: str
+    shape: list[int]
+    kind: int  # TensorType
+    data: bytes = b""  # a constant's bytes
+    quantization: tuple[float, int] | None = None
+
+
+@dataclass
+class OpDef:
+    code: int | str  # a BuiltinOperator, or a custom op's name
+    inputs: list[int]
+    outputs: list[int]
+    options: tuple[int, Callable[[flatbuffers.Builder], int]] | None = None  # (type, build)
+    custom_options: bytes = b""
+
+
+def graph_model(
+    path: Path,
+    tensors: list[TensorDef],
+    operators: list[OpDef],
+    inputs: list[int],
+    outputs: list[int],
+    description: str,
+) -> Path:
+    builder = flatbuffers.Builder(65536)
+    offsets = builder.PrependUOffsetTRelative
+    buffers = []
+    for data in [b""] + [tensor.data for tensor in tensors]:
+        vector = builder.CreateByteVector(data) if data else None
+        Buffer.Start(builder)
+        if vector is not None:
+            Buffer.AddData(builder, vector)
+        buffers.append(Buffer.End(builder))
+    made = []
+    for number, tensor in enumerate(tensors):
+        name_offset = builder.CreateString(tensor.name)
+        shape_offset = _vector(builder, Tensor.StartShapeVector, tensor.shape, builder.PrependInt32)
+        quantization = _quantization(builder, *tensor.quantization) if tensor.quantization else None
+        Tensor.Start(builder)
+        Tensor.AddShape(builder, shape_offset)
+        Tensor.AddType(builder, tensor.kind)
+        Tensor.AddBuffer(builder, number + 1)
+        Tensor.AddName(builder, name_offset)
+        if quantization is not None:
+            Tensor.AddQuantization(builder, quantization)
+        made.append(Tensor.End(builder))
+    codes: list[int | str] = []
+    for operator in operators:
+        if operator.code not in codes:
+            codes.append(operator.code)
+    ops = []
+    for operator in operators:
+        options = operator.options[1](builder) if operator.options else None
+        custom = (
+            builder.CreateByteVector(operator.custom_options) if operator.custom_options else None
+        )
+        op_inputs = _vector(
+            builder, Operator.StartInputsVector, operator.inputs, builder.PrependInt32
+        )
+        op_outputs = _vector(
+            builder, Operator.StartOutputsVector, operator.outputs, builder.PrependInt32
+        )
+        Operator.Start(builder)
+        Operator.AddOpcodeIndex(builder, codes.index(operator.code))
+        Operator.AddInputs(builder, op_inputs)
+        Operator.AddOutputs(builder, op_outputs)
+        if operator.options and options is not None:
+            Operator.AddBuiltinOptionsType(builder, operator.options[0])
+            Operator.AddBuiltinOptions(builder, options)
+        if custom is not None:
+            Operator.AddCustomOptions(builder, custom)
+        ops.append(Operator.End(builder))
+    tensor_vector = _vector(builder, SubGraph.StartTensorsVector, made, offsets)
+    graph_inputs = _vector(builder, SubGraph.StartInputsVector, inputs, builder.PrependInt32)
+    graph_outputs = _vector(builder, SubGraph.StartOutputsVector, outputs, builder.PrependInt32)
+    operator_vector = _vector(builder, SubGraph.StartOperatorsVector, ops, offsets)
+    SubGraph.Start(builder)
+    SubGraph.AddTensors(builder, tensor_vector)
+    SubGraph.AddInputs(builder, graph_inputs)
+    SubGraph.AddOutputs(builder, graph_outputs)
+    SubGraph.AddOperators(builder, operator_vector)
+    subgraph = SubGraph.End(builder)
+    code_offsets = []
+    for code in codes:
+        custom_name = builder.CreateString(code) if isinstance(code, str) else None
+        builtin = BuiltinOperator.BuiltinOperator.CUSTOM if isinstance(code, str) else code
+        OperatorCode.Start(builder)
+        OperatorCode.AddDeprecatedBuiltinCode(builder, min(builtin, 127))
+        OperatorCode.AddBuiltinCode(builder, builtin)
+        if custom_name is not None:
+            OperatorCode.AddCustomCode(builder, custom_name)
+        OperatorCode.AddVersion(builder, 1)
+        code_offsets.append(OperatorCode.End(builder))
+    code_vector = _vector(builder, Model.StartOperatorCodesVector, code_offsets, offsets)
+    subgraphs = _vector(builder, Model.StartSubgraphsVector, [subgraph], offsets)
+    buffer_vector = _vector(builder, Model.StartBuffersVector, buffers, offsets)
+    description_offset = builder.CreateString(description)
+    Model.Start(builder)
+    Model.AddVersion(builder, 3)
+    Model.AddOperatorCodes(builder, code_vector)
+    Model.AddSubgraphs(builder, subgraphs)
+    Model.AddDescription(builder, description_offset)
+    Model.AddBuffers(builder, buffer_vector)
+    builder.Finish(Model.End(builder), file_identifier=b"TFL3")
+    path.write_bytes(builder.Output())
+    return path
+
+
+def ssd_detector(
+    path: Path, *, size: int = 32, anchors: int = 16, classes: int = 90, seed: int = 11
+) -> Path:
+    """An SSD detector with SSDLite MobileDet's interface: uint8 [1,size,size,3] in; an
+    average pool, two quantized FULLY_CONNECTED heads (box encodings, class scores),
+    DEQUANTIZE, RESHAPE, and the TFLite_Detection_PostProcess custom op that SSD models end
+    with, which gives boxes, classes, scores and a count (float32)."""
+    rng = np.random.default_rng(seed)
+    uint8, int32, float32 = (
+        TensorType.TensorType.UINT8,
+        TensorType.TensorType.INT32,
+        TensorType.TensorType.FLOAT32,
+    )
+    cell = size // 4
+    features = 4 * 4 * 3
+    box_out, class_out = anchors * 4, anchors * (classes + 1)
+    grid = (np.arange(4) + 0.5) / 4
+    centres = np.array([(y, x) for y in grid for x in grid], dtype=np.float32)
+    anchor_boxes = np.concatenate(
+        [np.repeat(centres, anchors // 16 or 1, axis=0)[:anchors], np.full((anchors, 2), 0.3)],
+        axis=1,
+    ).astype(np.float32)  # y, x, h, w
+    image_q, scores_q = (1 / 128, 128), (1 / 255, 0)
+    tensors = [
+        TensorDef("normalized_input_image_tensor", [1, size, size, 3], uint8, quantization=image_q),
+        TensorDef("pooled", [1, 4, 4, 3], uint8, quantization=image_q),
+        TensorDef("flat_shape", [2], int32, np.array([1, features], np.int32).tobytes()),
+        TensorDef("flat", [1, features], uint8, quantization=image_q),
+        TensorDef(
+            "box_weights",
+            [box_out, features],
+            uint8,
+            rng.integers(96, 160, (box_out, features), dtype=np.uint8).tobytes(),
+            (1 / 256, 128),
+        ),
+        TensorDef(
+            "box_bias",
+            [box_out],
+            int32,
+            rng.integers(-50, 50, box_out, dtype=np.int32).tobytes(),
+            (1 / 128 / 256, 0),
+        ),
+        TensorDef("box_q", [1, box_out], uint8, quantization=(0.02, 128)),
+        TensorDef(
+            "class_weights",
+            [class_out, features],
+            uint8,
+            rng.integers(0, 256, (class_out, features), dtype=np.uint8).tobytes(),
+            (1 / 256, 128),
+        ),
+        TensorDef(
+            "class_bias",
+            [class_out],
+            int32,
+            rng.integers(-4000, 4000, class_out, dtype=np.int32).tobytes(),
+            (1 / 128 / 256, 0),
+        ),
+        TensorDef("class_q", [1, class_out], uint8, quantization=scores_q),
+        TensorDef("box_f", [1, box_out], float32),
+        TensorDef("class_f", [1, class_out], float32),
+        TensorDef("box_shape", [3], int32, np.array([1, anchors, 4], np.int32).tobytes()),
+        TensorDef(
+            "class_shape", [3], int32, np.array([1, anchors, classes + 1], np.int32).tobytes()
+        ),
+        TensorDef("raw_outputs/box_encodings", [1, anchors, 4], float32),
+        TensorDef("raw_outputs/class_predictions", [1, anchors, classes + 1], float32),
+        TensorDef("anchors", [anchors, 4], float32, anchor_boxes.tobytes()),
+        TensorDef("TFLite_Detection_PostProcess", [1, 10, 4], float32),
+        TensorDef("TFLite_Detection_PostProcess:1", [1, 10], float32),
+        TensorDef("TFLite_Detection_PostProcess:2", [1, 10], float32),
+        TensorDef("TFLite_Detection_PostProcess:3", [1], float32),
+    ]
+
+    def pool(builder: flatbuffers.Builder) -> int:
+        Pool2DOptions.Start(builder)
+        Pool2DOptions.AddPadding(builder, 1)  # VALID
+        Pool2DOptions.AddStrideW(builder, cell)
+        Pool2DOptions.AddStrideH(builder, cell)
+        Pool2DOptions.AddFilterWidth(builder, cell)
+        Pool2DOptions.AddFilterHeight(builder, cell)
+        return Pool2DOptions.End(builder)
+
+    def fully_connected(builder: flatbuffers.Builder) -> int:
+        FullyConnectedOptions.Start(builder)
+        return FullyConnectedOptions.End(builder)
+
+    options = BuiltinOptions.BuiltinOptions
+    ops_enum = BuiltinOperator.BuiltinOperator
+    postprocess = flexbuffers.Dumps(
+        {
+            "max_detections": 10,
+            "max_classes_per_detection": 1,
+            "detections_per_class": 10,
+            "use_regular_nms": False,
+            "nms_score_threshold": 0.05,
+            "nms_iou_threshold": 0.6,
+            "num_classes": classes,
+            "y_scale": 10.0,
+            "x_scale": 10.0,
+            "h_scale": 5.0,
+            "w_scale": 5.0,
+        }
+    )
+    operators = [
+        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, pool)),
+        OpDef(ops_enum.RESHAPE, [1, 2], [3]),
+        OpDef(
+            ops_enum.FULLY_CONNECTED,
+            [3, 4, 5],
+            [6],
+            (options.FullyConnectedOptions, fully_connected),
+        ),
+        OpDef(
+            ops_enum.FULLY_CONNECTED,
+            [3, 7, 8],
+            [9],
+            (options.FullyConnectedOptions, fully_connected),
+        ),
+        OpDef(ops_enum.DEQUANTIZE, [6], [10]),
+        OpDef(ops_enum.DEQUANTIZE, [9], [11]),
+        OpDef(ops_enum.RESHAPE, [10, 12], [14]),
+        OpDef(ops_enum.RESHAPE, [11, 13], [15]),
+        OpDef(
+            "TFLite_Detection_PostProcess",
+            [14, 15, 16],
+            [17, 18, 19, 20],
+            custom_options=postprocess,
+        ),
+    ]
+    return graph_model(path, tensors, operators, [0], [17, 18, 19, 20], "npuctl test SSD detector")
