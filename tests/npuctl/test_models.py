@@ -183,9 +183,12 @@ def test_the_shipped_manifest_describes_each_platforms_models():
     zhouyi = manifest.models_of("zhouyi")
     assert {m.name for m in zhouyi} == {"clip-text", "clip-visual", "yolov8n"}
     assert all(m.url.startswith("https://modelscope.cn/models/cix/") for m in zhouyi)
-    (mobilenet,) = manifest.models_of("rocket")
-    assert mobilenet.file == "mobilenet_v1_1.0_224_quant.tflite"
-    assert mobilenet.needs == ("mobilenet-labels",)
+    rocket = {m.name: m for m in manifest.models_of("rocket")}
+    assert set(rocket) == {"mobilenet", "mobilenet-v2", "ssdlite"}  # Teflon's fully supported
+    assert rocket["mobilenet"].file == "mobilenet_v1_1.0_224_quant.tflite"
+    assert rocket["mobilenet"].needs == rocket["mobilenet-v2"].needs == ("mobilenet-labels",)
+    assert rocket["ssdlite"].file == "ssdlite_mobiledet_coco_qat_postprocess.tflite"
+    assert rocket["ssdlite"].inputs[0].elements == 320 * 320 * 3
     assert {m.platform for m in manifest.entries.values()} == {"zhouyi", "rocket"}
     vocab = manifest.get("clip-bpe-vocab")
     assert vocab.sha256 == "924691ac288e54409236115652ad4aa250f48203de50a9e4722a6ecd48d6804a"

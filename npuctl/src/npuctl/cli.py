@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": (
         "npuctl.serve.command",
         "serve",
-        "Serve embeddings over HTTP (OpenAI-compatible).",
+        "Serve the NPU's models over HTTP (DeepStack, KServe v2, OpenAI).",
     ),
     "cdi": ("npuctl.cdi.command", "cdi", "CDI specs: the NPU in containers and on K3s nodes."),
     "k8s": ("npuctl.k8s.command", "k8s", "Kubernetes / K3s manifests for npuctl serve on a fleet."),
