@@ -22,7 +22,7 @@ PACKAGE ?= aipu-dkms
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s \
-	lint check-kernels bench bench-busy bench-tables matrix-tables docs-tables clean
+	lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables docs-tables clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
@@ -167,6 +167,12 @@ bench: $(DEPS_STAMP)
 	status=0; $(PY) -m bench.host_cost || status=1; \
 		$(PY) -m bench.serve_cost || status=1; \
 		$(PY) -m bench.watch_quality || status=1; exit $$status
+
+## bench-vision: vision serving's host cost, Frigate-style clients and --workers scaling, with
+## the libnoe and Teflon doubles taking each model's NPU time (JSON in dist/bench/$(BENCH_RUN))
+bench-vision: $(DEPS_STAMP)
+	BENCH_REPORT_DIR=$(DIST)/bench/$(BENCH_RUN) BENCH_CONDITIONS="$(BENCH_CONDITIONS)" \
+		$(PY) -m bench.vision_cost
 
 ## bench-busy: 'make bench' beside a CPU-heavy job (a busy process per core): same verdicts
 bench-busy: $(DEPS_STAMP)

@@ -409,3 +409,59 @@ def ssd_detector(
         ),
     ]
     return graph_model(path, tensors, operators, [0], [17, 18, 19, 20], "npuctl test SSD detector")
+
+
+def pooled_classifier(path: Path, *, size: int = 224, classes: int = 1001, seed: int = 5) -> Path:
+    """A classifier with MobileNet's full input size and a small file: an average pool to
+    4 x 4, then one quantized FULLY_CONNECTED to the classes."""
+    rng = np.random.default_rng(seed)
+    uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
+    cell, features = size // 4, 4 * 4 * 3
+    image_q = (1 / 128, 128)
+    tensors = [
+        TensorDef("input", [1, size, size, 3], uint8, quantization=image_q),
+        TensorDef("pooled", [1, 4, 4, 3], uint8, quantization=image_q),
+        TensorDef("flat_shape", [2], int32, np.array([1, features], np.int32).tobytes()),
+        TensorDef("flat", [1, features], uint8, quantization=image_q),
+        TensorDef(
+            "weights",
+            [classes, features],
+            uint8,
+            rng.integers(0, 256, (classes, features), dtype=np.uint8).tobytes(),
+            (1 / 256, 128),
+        ),
+        TensorDef(
+            "bias",
+            [classes],
+            int32,
+            rng.integers(-2000, 2000, classes, dtype=np.int32).tobytes(),
+            (1 / 128 / 256, 0),
+        ),
+        TensorDef("scores", [1, classes], uint8, quantization=(0.5, 128)),
+    ]
+
+    def pool(builder: flatbuffers.Builder) -> int:
+        Pool2DOptions.Start(builder)
+        Pool2DOptions.AddPadding(builder, 1)  # VALID
+        Pool2DOptions.AddStrideW(builder, cell)
+        Pool2DOptions.AddStrideH(builder, cell)
+        Pool2DOptions.AddFilterWidth(builder, cell)
+        Pool2DOptions.AddFilterHeight(builder, cell)
+        return Pool2DOptions.End(builder)
+
+    def fully_connected(builder: flatbuffers.Builder) -> int:
+        FullyConnectedOptions.Start(builder)
+        return FullyConnectedOptions.End(builder)
+
+    options, ops_enum = BuiltinOptions.BuiltinOptions, BuiltinOperator.BuiltinOperator
+    operators = [
+        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, pool)),
+        OpDef(ops_enum.RESHAPE, [1, 2], [3]),
+        OpDef(
+            ops_enum.FULLY_CONNECTED,
+            [3, 4, 5],
+            [6],
+            (options.FullyConnectedOptions, fully_connected),
+        ),
+    ]
+    return graph_model(path, tensors, operators, [0], [6], "npuctl test pooled classifier")

@@ -30,7 +30,7 @@ from ..images import decode_rgb
 from . import api, auth, kserve, openapi, vision_api, wire
 from .metrics import CONTENT_TYPE, Metrics
 from .models import CLASSIFICATION, DETECTION, ServedModel, Serving
-from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, cosine, flat_outputs
+from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, golden_view, similarity
 
 log = logging.getLogger("npuctl.serve")
 
@@ -186,12 +186,12 @@ class Service:
                         return self._ready[1], self._ready[2]  # busy, not broken
                     ok, reason = False, f"{name}: the golden input failed: {error}"
                     break
-                similarity = cosine(flat_outputs(outputs), self.owner.golden[name])
-                if similarity < GOLDEN_MIN_COSINE:
+                agreement = similarity(golden_view(model, outputs), self.owner.golden[name])
+                if agreement < GOLDEN_MIN_COSINE:
                     ok, reason = (
                         False,
                         (
-                            f"{name}: the golden answer drifted (cosine {similarity:.4f} to "
+                            f"{name}: the golden answer drifted (cosine {agreement:.4f} to "
                             "the one computed at start): run 'npuctl doctor'"
                         ),
                     )

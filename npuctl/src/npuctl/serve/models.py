@@ -89,6 +89,10 @@ class ServedModel(Protocol):
     @property
     def outputs(self) -> tuple[TensorMeta, ...]: ...
 
+    def comparable(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        """What of an answer must repeat for the same input (all of it, for most models)."""
+        ...
+
     def golden(self) -> list[list[np.ndarray]]:
         """One input, or two different ones: start-up checks that the first gives the same
         answer twice, and a different one from the second (an NPU that ignores its input is

@@ -144,20 +144,22 @@ class NpuOwner:
     def _warm_up(self, index: int, runtime: Runtime) -> None:
         for name, model in self.models.items():
             first, *others = model.golden()
-            golden = flat_outputs(self._timed(index, runtime, model.key, first))
-            again = flat_outputs(self._timed(index, runtime, model.key, first))
+            golden = golden_view(model, self._timed(index, runtime, model.key, first))
+            again = golden_view(model, self._timed(index, runtime, model.key, first))
             if not np.all(np.isfinite(golden)):
                 raise NpuctlError(
                     f"{name}: the NPU's warm-up answer is not finite: run 'npuctl doctor'"
                 )
-            if cosine(golden, again) < GOLDEN_MIN_COSINE:
+            if similarity(golden, again) < GOLDEN_MIN_COSINE:
                 raise NpuctlError(
                     f"{name}: the NPU gives different answers for the same input: "
                     "run 'npuctl doctor'"
                 )
             for other in others:
                 if (
-                    cosine(golden, flat_outputs(self._timed(index, runtime, model.key, other)))
+                    similarity(
+                        golden, golden_view(model, self._timed(index, runtime, model.key, other))
+                    )
                     >= GOLDEN_MIN_COSINE
                 ):
                     raise NpuctlError(
@@ -166,7 +168,7 @@ class NpuOwner:
                     )
             if index == 0:
                 self.golden[name] = golden
-            elif cosine(golden, self.golden[name]) < GOLDEN_MIN_COSINE:
+            elif similarity(golden, self.golden[name]) < GOLDEN_MIN_COSINE:
                 raise NpuctlError(
                     f"{name}: worker {index} answers differently from worker 0: run 'npuctl doctor'"
                 )
@@ -227,8 +229,18 @@ class NpuOwner:
                 )
 
 
+def golden_view(model: ServedModel, outputs: list[np.ndarray]) -> np.ndarray:
+    """The part of a model's answer that must repeat, as one vector."""
+    return flat_outputs(model.comparable(outputs))
+
+
 def flat_outputs(outputs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(output, dtype=np.float64).ravel() for output in outputs])
+
+
+def similarity(left: np.ndarray, right: np.ndarray) -> float:
+    """Cosine similarity; equal answers (also all-zero ones) are 1."""
+    return 1.0 if np.array_equal(left, right) else cosine(left, right)
 
 
 def cosine(left: np.ndarray, right: np.ndarray) -> float:

@@ -68,6 +68,14 @@ def prepare(picture: Image.Image, spec: TensorSpec) -> np.ndarray:
     return image_tensor(picture, spec)
 
 
+def found(outputs: list[np.ndarray], order: list[int]) -> list[np.ndarray]:
+    """Boxes, classes, scores of the detections the count covers, and the count."""
+    boxes, classes, scores, count = (np.asarray(outputs[i]).reshape(-1) for i in order)
+    number = int(count[0]) if count.size and np.isfinite(count[0]) else 0
+    number = max(0, min(number, scores.size, classes.size, boxes.size // 4))
+    return [boxes[: number * 4], classes[:number], scores[:number], count[:1]]
+
+
 def detections(
     outputs: list[np.ndarray],
     order: list[int],
@@ -77,12 +85,11 @@ def detections(
 ) -> list[Detection]:
     """Detections of at least ``min_confidence``, best first, boxes in the picture's pixels
     (the model's boxes are normalised ymin, xmin, ymax, xmax)."""
-    boxes, classes, scores, count = (np.asarray(outputs[i]).reshape(-1) for i in order)
-    found = max(0, min(int(count[0]) if count.size else 0, scores.size, classes.size))
-    boxes = boxes.reshape(-1, 4)[:found].astype(np.float64)
+    boxes, classes, scores, _ = found(outputs, order)
+    boxes = boxes.reshape(-1, 4).astype(np.float64)
     width, height = size
     result = []
-    for k in np.argsort(-scores[:found], kind="stable"):
+    for k in np.argsort(-scores, kind="stable"):
         score = float(scores[k])
         if not score >= min_confidence:  # NaN too
             continue

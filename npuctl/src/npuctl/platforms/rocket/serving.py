@@ -109,6 +109,9 @@ class _Served:
     def bind(self, runtime: Runtime) -> None:
         """The child probe described the tensors already."""
 
+    def comparable(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        return outputs
+
     @property
     def inputs(self) -> tuple[TensorMeta, ...]:
         return _metas(self.input_specs, "input")
@@ -133,6 +136,11 @@ class SsdDetector(_Served):
         super().__init__(name, inputs, outputs)
         self.order = detect.output_order(path, outputs)
         self.labels = detect.read_labels(None)
+
+    def comparable(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The detections the count covers: the post-processing op leaves the rest of its
+        outputs as they were."""
+        return detect.found(outputs, self.order)
 
     def detections(
         self, outputs: list[np.ndarray], context: object, min_confidence: float

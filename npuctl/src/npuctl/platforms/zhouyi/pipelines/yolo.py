@@ -26,6 +26,12 @@ class Letterbox:
 
 def letterbox(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, Letterbox]:
     """float32 (3, size, size) in [0, 1], BGR; quantize it with the input descriptor."""
+    pixels, box = letterbox_pixels(image, size)
+    return pixels.astype(np.float32) * np.float32(1 / 255), box
+
+
+def letterbox_pixels(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, Letterbox]:
+    """uint8 (3, size, size), BGR: what an input quantized with scale 255 takes as it is."""
     rgb = image.convert("RGB")
     width, height = rgb.size
     ratio = min(size / width, size / height)
@@ -35,9 +41,8 @@ def letterbox(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, Letterb
     left, top = round(pad_x - 0.1), round(pad_y - 0.1)
     resized = rgb.resize((new_width, new_height), Image.Resampling.BILINEAR)
     canvas[top : top + new_height, left : left + new_width] = np.asarray(resized)
-    chw_bgr = canvas[:, :, ::-1].transpose(2, 0, 1)
-    tensor = np.ascontiguousarray(chw_bgr, dtype=np.float32) * np.float32(1 / 255)
-    return tensor, Letterbox(ratio, left, top, width, height)
+    chw_bgr = np.ascontiguousarray(canvas[:, :, ::-1].transpose(2, 0, 1))
+    return chw_bgr, Letterbox(ratio, left, top, width, height)
 
 
 def decode(

@@ -1,0 +1,297 @@
+"""make bench, vision serving: npuctl serve as a child process, the NPUs stood in for by the
+libnoe double and the Teflon double, each taking the model's NPU time (YOLOv8n 15 ms,
+SSDLite MobileDet 48 ms, MobileNet 11 ms), camera frames posted as DeepStack forms.
+
+- host cost: a request's latency minus the NPU time the server measured for it (its
+  /metrics) minus the JPEG decode, as a fraction of the NPU time;
+- the decode: npuctl's (pixel limit from the header, then Pillow) beside Pillow's plain
+  decode of the same frame, in turns;
+- Frigate: four clients posting one frame at a time each: p99 under Frigate's 100 ms
+  detector timeout, and throughput against the NPU-bound limit (1 / the measured NPU time);
+- the RK3588 with --workers 3 against --workers 1, on a double that runs three jobs at once.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from bench.host_cost import ROOT, build_double, test_data
+from bench.report import print_rows
+from npuctl.images import decode_rgb
+from tests.npuctl.serve_process import Server, start
+from tests.npuctl.test_pipelines import synthetic_output
+from tests.npuctl.tflite_models import pooled_classifier, ssd_detector
+from tests.testdata import BUS_JPG_SHA256, YOLOV5
+
+BENCH = "vision-cost"
+BOUNDARY = "npuctlbench"
+FRIGATE_TIMEOUT_S = 0.1
+
+
+def build_teflon_double(directory: Path) -> Path:
+    library = directory / "libteflon.so"
+    source = ROOT / "tests" / "npuctl" / "teflon_double" / "libteflon_double.c"
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    subprocess.run(
+        [compiler, "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True
+    )
+    return library
+
+
+def frame(bus: Path, size: int) -> bytes:
+    """A camera frame at the model's input size, as Frigate sends it (JPEG)."""
+    buffer = io.BytesIO()
+    Image.open(bus).convert("RGB").resize((size, size), Image.BILINEAR).save(
+        buffer, "JPEG", quality=90
+    )
+    return buffer.getvalue()
+
+
+def form(image: bytes) -> tuple[bytes, dict[str, str]]:
+    body = (
+        (
+            f"--{BOUNDARY}\r\n"
+            'Content-Disposition: form-data; name="image"; filename="frame.jpg"\r\n'
+            "Content-Type: image/jpeg\r\n\r\n"
+        ).encode()
+        + image
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+    return body, {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+def npu_seconds(server: Server, model: str) -> tuple[float, float]:
+    """The server's NPU time so far for ``model``: (sum, count) from /metrics."""
+    total = count = 0.0
+    for line in server.request("GET", "/metrics").body.decode().splitlines():
+        if line.startswith(f'npuctl_serve_model_duration_seconds_sum{{model="{model}"}}'):
+            total = float(line.split()[-1])
+        if line.startswith(f'npuctl_serve_model_duration_seconds_count{{model="{model}"}}'):
+            count = float(line.split()[-1])
+    return total, count
+
+
+def post(connection: http.client.HTTPConnection, path: str, body: bytes, headers: dict) -> float:
+    started = time.perf_counter()
+    connection.request("POST", path, body=body, headers=headers)
+    response = connection.getresponse()
+    payload = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{path}: {response.status} {payload[:200]!r}")
+    return time.perf_counter() - started
+
+
+def host_cost(server: Server, model: str, path: str, image: bytes, requests: int = 60) -> dict:
+    body, headers = form(image)
+    connection = server.connection()
+    for _ in range(5):
+        post(connection, path, body, headers)  # warm
+    before = npu_seconds(server, model)
+    latencies, decodes = [], []
+    for _ in range(requests):
+        latencies.append(post(connection, path, body, headers))
+        started = time.perf_counter()  # the decode, measured in turns with the requests
+        decode_rgb(image, 50_000_000)
+        decodes.append(time.perf_counter() - started)
+    after = npu_seconds(server, model)
+    connection.close()
+    npu = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+    latency, decode = float(np.mean(latencies)), float(np.median(decodes))
+    host = latency - npu - decode
+    print(
+        f"{model}: request {latency * 1000:.2f} ms = NPU {npu * 1000:.2f} ms + decode "
+        f"{decode * 1000:.2f} ms + host {host * 1000:.2f} ms (information)"
+    )
+    return {
+        "name": f"serve host cost per request, {model}",
+        "unit": "ms; reference: the NPU time of the request (server's metrics)",
+        "ours": host * 1000,
+        "reference": npu * 1000,
+        "ratio": host / npu,
+        "target": "ours/reference <= 0.10",
+        "ok": host / npu <= 0.10,
+    }
+
+
+def decode_row(image: bytes, size: int, rounds: int = 200) -> dict:
+    ours, plain = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        decode_rgb(image, 50_000_000)
+        middle = time.perf_counter()
+        Image.open(io.BytesIO(image)).convert("RGB")
+        plain.append(time.perf_counter() - middle)
+        ours.append(middle - started)
+    mine, reference = float(np.median(ours)), float(np.median(plain))
+    return {
+        "name": f"JPEG decode of a {size}x{size} frame (npuctl vs Pillow)",
+        "unit": "ms; reference: Pillow's plain decode of the same file, in turns",
+        "ours": mine * 1000,
+        "reference": reference * 1000,
+        "ratio": mine / reference,
+        "target": "ours/reference <= 1.1",
+        "ok": mine / reference <= 1.1,
+    }
+
+
+def clients(
+    server: Server, path: str, image: bytes, count: int, each: int
+) -> tuple[list[float], float]:
+    """``count`` clients posting ``each`` frames one at a time; latencies and wall time."""
+    body, headers = form(image)
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        connection = server.connection()
+        try:
+            for _ in range(each):
+                seconds = post(connection, path, body, headers)
+                with lock:
+                    latencies.append(seconds)
+        except BaseException as error:  # counted, and the verdict fails
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client) for _ in range(count)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} clients failed: {errors[0]}")
+    return latencies, time.perf_counter() - started
+
+
+def frigate(server: Server, image: bytes) -> list[dict]:
+    before = npu_seconds(server, "yolov8n")
+    latencies, wall = clients(server, "/v1/vision/detection", image, 4, 60)
+    after = npu_seconds(server, "yolov8n")
+    npu = (after[0] - before[0]) / (after[1] - before[1])
+    p99 = float(np.percentile(latencies, 99))
+    rate, limit = len(latencies) / wall, 1 / npu
+    p50 = float(np.median(latencies)) * 1000
+    print(f"frigate: {rate:.1f} frames/s, NPU-bound {limit:.1f}/s, p50 {p50:.1f} ms (information)")
+    return [
+        {
+            "name": "Frigate-style: 4 clients, one frame at a time, YOLOv8n p99",
+            "unit": "ms; reference: Frigate's default detector timeout",
+            "ours": p99 * 1000,
+            "reference": FRIGATE_TIMEOUT_S * 1000,
+            "ratio": p99 / FRIGATE_TIMEOUT_S,
+            "target": "ours/reference < 1",
+            "ok": p99 < FRIGATE_TIMEOUT_S,
+        },
+        {
+            "name": "Frigate-style: 4 clients, YOLOv8n throughput",
+            "unit": "frames/s; reference: the NPU-bound limit, 1 / measured NPU time",
+            "ours": rate,
+            "reference": limit,
+            "ratio": rate / limit,
+            "target": "ours/reference >= 0.95",
+            "ok": rate / limit >= 0.95,
+        },
+    ]
+
+
+def workers_row(env: dict[str, str], image: bytes, rounds: int = 2) -> dict:
+    rates: dict[int, list[float]] = {1: [], 3: []}
+    for _ in range(rounds):
+        for workers in (1, 3):  # in turns
+            server = start(env, "--models", "ssdlite", "--workers", str(workers))
+            try:
+                latencies, wall = clients(server, "/v1/vision/detection", image, 6, 12)
+                rates[workers].append(len(latencies) / wall)
+            finally:
+                server.stop()
+    one, three = float(np.median(rates[1])), float(np.median(rates[3]))
+    return {
+        "name": "RK3588 SSDLite throughput, --workers 3 vs 1 (three cores)",
+        "unit": "frames/s; reference: --workers 1 in the same rounds",
+        "ours": three,
+        "reference": one,
+        "ratio": three / one,
+        "target": "ours/reference >= 2.5",
+        "ok": three / one >= 2.5,
+    }
+
+
+def main() -> int:
+    bus = test_data(YOLOV5, "yolov5/data/images/bus.jpg", BUS_JPG_SHA256)
+    results = []
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        device = scratch / "device"
+        device.write_bytes(b"")
+        base = {"PATH": "/usr/bin:/bin"}
+        zhouyi_models = scratch / "zhouyi"
+        zhouyi_models.mkdir()
+        canned = scratch / "yolo.bin"
+        canned.write_bytes(
+            synthetic_output([(0, 0.9, 200, 330, 120, 400), (5, 0.8, 400, 300, 300, 200)]).tobytes()
+        )
+        (zhouyi_models / "yolov8n.cix").write_text(
+            f"NOEDOUBLE 1\ninput U8 1228800 255.0 0\noutput F16 1411200 1.0 0 {canned}\n"
+        )
+        zhouyi = {
+            **base,
+            "NPUCTL_LIBNOE": str(build_double(scratch)),
+            "NPUCTL_MODELS": str(zhouyi_models),
+            "NOE_DOUBLE_DEVICE": str(device),
+            "NOE_DOUBLE_INFER_MS": "15",
+            "NPUCTL_PLATFORM": "zhouyi",
+        }
+        rocket_models = scratch / "rocket"
+        rocket_models.mkdir()
+        ssd_detector(rocket_models / "ssdlite_mobiledet_coco_qat_postprocess.tflite", size=320)
+        pooled_classifier(rocket_models / "mobilenet_v1_1.0_224_quant.tflite")
+        labels = "\n".join(f"label {n}" for n in range(1001)) + "\n"
+        (rocket_models / "labels_mobilenet_quant_v1_224.txt").write_text(labels)
+        rocket = {
+            **base,
+            "NPUCTL_TEFLON": str(build_teflon_double(scratch)),
+            "NPUCTL_MODELS": str(rocket_models),
+            "TEFLON_DOUBLE_DEVICE": str(device),
+            "TEFLON_DOUBLE_CORES": "3",
+            "NPUCTL_PLATFORM": "rocket",
+            "PYTHONPATH": ":".join(sys.path),
+        }
+        yolo_frame, ssd_frame, mobilenet_frame = frame(bus, 640), frame(bus, 320), frame(bus, 224)
+        server = start(zhouyi, "--models", "yolo")
+        try:
+            results.append(host_cost(server, "yolov8n", "/v1/vision/detection", yolo_frame))
+            results += frigate(server, yolo_frame)
+        finally:
+            server.stop()
+        for model, milliseconds, path, image in (
+            ("ssdlite", 48, "/v1/vision/detection", ssd_frame),
+            ("mobilenet", 11, "/v1/vision/classification", mobilenet_frame),
+        ):
+            server = start(
+                {**rocket, "TEFLON_DOUBLE_INFER_MS": str(milliseconds)}, "--models", model
+            )
+            try:
+                results.append(host_cost(server, model, path, image))
+            finally:
+                server.stop()
+        results.append(decode_row(yolo_frame, 640))
+        results.append(workers_row({**rocket, "TEFLON_DOUBLE_INFER_MS": "48"}, ssd_frame))
+    return 0 if print_rows(results, BENCH) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
