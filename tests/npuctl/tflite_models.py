@@ -279,6 +279,26 @@ def graph_model(
     return path
 
 
+def _pool(cell: int) -> Callable[[flatbuffers.Builder], int]:
+    """AVERAGE_POOL_2D's options: VALID, a cell x cell window and stride."""
+
+    def build(builder: flatbuffers.Builder) -> int:
+        Pool2DOptions.Start(builder)
+        Pool2DOptions.AddPadding(builder, 1)  # VALID
+        Pool2DOptions.AddStrideW(builder, cell)
+        Pool2DOptions.AddStrideH(builder, cell)
+        Pool2DOptions.AddFilterWidth(builder, cell)
+        Pool2DOptions.AddFilterHeight(builder, cell)
+        return Pool2DOptions.End(builder)
+
+    return build
+
+
+def _fully_connected(builder: flatbuffers.Builder) -> int:
+    FullyConnectedOptions.Start(builder)
+    return FullyConnectedOptions.End(builder)
+
+
 def ssd_detector(
     path: Path, *, size: int = 32, anchors: int = 16, classes: int = 90, seed: int = 11
 ) -> Path:
@@ -352,19 +372,6 @@ def ssd_detector(
         TensorDef("TFLite_Detection_PostProcess:3", [1], float32),
     ]
 
-    def pool(builder: flatbuffers.Builder) -> int:
-        Pool2DOptions.Start(builder)
-        Pool2DOptions.AddPadding(builder, 1)  # VALID
-        Pool2DOptions.AddStrideW(builder, cell)
-        Pool2DOptions.AddStrideH(builder, cell)
-        Pool2DOptions.AddFilterWidth(builder, cell)
-        Pool2DOptions.AddFilterHeight(builder, cell)
-        return Pool2DOptions.End(builder)
-
-    def fully_connected(builder: flatbuffers.Builder) -> int:
-        FullyConnectedOptions.Start(builder)
-        return FullyConnectedOptions.End(builder)
-
     options = BuiltinOptions.BuiltinOptions
     ops_enum = BuiltinOperator.BuiltinOperator
     postprocess = flexbuffers.Dumps(
@@ -383,19 +390,19 @@ def ssd_detector(
         }
     )
     operators = [
-        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, pool)),
+        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, _pool(cell))),
         OpDef(ops_enum.RESHAPE, [1, 2], [3]),
         OpDef(
             ops_enum.FULLY_CONNECTED,
             [3, 4, 5],
             [6],
-            (options.FullyConnectedOptions, fully_connected),
+            (options.FullyConnectedOptions, _fully_connected),
         ),
         OpDef(
             ops_enum.FULLY_CONNECTED,
             [3, 7, 8],
             [9],
-            (options.FullyConnectedOptions, fully_connected),
+            (options.FullyConnectedOptions, _fully_connected),
         ),
         OpDef(ops_enum.DEQUANTIZE, [6], [10]),
         OpDef(ops_enum.DEQUANTIZE, [9], [11]),
@@ -440,28 +447,15 @@ def pooled_classifier(path: Path, *, size: int = 224, classes: int = 1001, seed:
         TensorDef("scores", [1, classes], uint8, quantization=(0.5, 128)),
     ]
 
-    def pool(builder: flatbuffers.Builder) -> int:
-        Pool2DOptions.Start(builder)
-        Pool2DOptions.AddPadding(builder, 1)  # VALID
-        Pool2DOptions.AddStrideW(builder, cell)
-        Pool2DOptions.AddStrideH(builder, cell)
-        Pool2DOptions.AddFilterWidth(builder, cell)
-        Pool2DOptions.AddFilterHeight(builder, cell)
-        return Pool2DOptions.End(builder)
-
-    def fully_connected(builder: flatbuffers.Builder) -> int:
-        FullyConnectedOptions.Start(builder)
-        return FullyConnectedOptions.End(builder)
-
     options, ops_enum = BuiltinOptions.BuiltinOptions, BuiltinOperator.BuiltinOperator
     operators = [
-        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, pool)),
+        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, _pool(cell))),
         OpDef(ops_enum.RESHAPE, [1, 2], [3]),
         OpDef(
             ops_enum.FULLY_CONNECTED,
             [3, 4, 5],
             [6],
-            (options.FullyConnectedOptions, fully_connected),
+            (options.FullyConnectedOptions, _fully_connected),
         ),
     ]
     return graph_model(path, tensors, operators, [0], [6], "npuctl test pooled classifier")

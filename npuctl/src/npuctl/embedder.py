@@ -8,10 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import ExitCode, NpuctlError
-from .platforms import all_platforms, by_name, detect
+from .platforms import able
 from .platforms.base import Platform
-from .system import System
 
 
 class Rejected(ValueError):
@@ -80,17 +78,5 @@ class Embedder(Protocol):
 
 
 def embedding_platform(forced: str | None) -> Platform:
-    """--platform if given, else the NPU of this machine, else the first family that embeds
-    (so the libnoe double and --library work on any machine, as 'npuctl run' does)."""
-    found = detect(System())
-    platform = by_name(forced) if forced else (found[0] if found else None)
-    if platform is None:
-        platform = next(p for p in all_platforms() if p.embedder is not None)
-    if platform.embedder is None:
-        families = ", ".join(p.name for p in all_platforms() if p.embedder is not None)
-        raise NpuctlError(
-            f"npuctl has no embedding model for the {platform.title} yet; serve runs on: "
-            f"{families}",
-            ExitCode.USAGE,
-        )
-    return platform
+    """The family that embeds in-process ('npuctl watch')."""
+    return able(forced, lambda platform: platform.embedder is not None, "embeds")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import ExitCode, NpuctlError
@@ -46,6 +47,25 @@ def chosen(system: System, forced: str | None = None) -> Platform | None:
         return by_name(forced)
     found = detect(system)
     return found[0] if found else None
+
+
+def able(forced: str | None, can: Callable[[Platform], bool], what: str) -> Platform:
+    """--platform if given, else the NPU of this machine, else the first family that ``can``
+    (so the doubles and --library work on any machine, as 'npuctl run' does); a family that
+    cannot is a usage error naming those that can."""
+    from ..system import System
+
+    found = detect(System())
+    platform = by_name(forced) if forced else (found[0] if found else None)
+    if platform is None:
+        platform = next(p for p in all_platforms() if can(p))
+    if not can(platform):
+        families = ", ".join(p.name for p in all_platforms() if can(p))
+        raise NpuctlError(
+            f"npuctl {what} nothing on the {platform.title} yet; it does on: {families}",
+            ExitCode.USAGE,
+        )
+    return platform
 
 
 def absent_reasons() -> str:

@@ -17,9 +17,8 @@ import click
 from ..cli import Settings, pass_settings
 from ..defaults import default_serve_socket
 from ..errors import ExitCode, NpuctlError
-from ..platforms import all_platforms, by_name, detect
+from ..platforms import able
 from ..platforms.base import Platform
-from ..system import System
 from . import affinity, auth, systemd
 from .http import PUBLIC_DEFAULT, PUBLIC_PATHS, Limits, Listener, Service, TcpListener, UnixListener
 from .metrics import Metrics
@@ -249,19 +248,7 @@ def serve(
 
 
 def serving_platform(forced: str | None) -> Platform:
-    """--platform if given, else the NPU of this machine, else the first family that serves
-    (so the libnoe double and --library work on any machine, as 'npuctl run' does)."""
-    found = detect(System())
-    platform = by_name(forced) if forced else (found[0] if found else None)
-    if platform is None:
-        platform = next(p for p in all_platforms() if p.serving is not None)
-    if platform.serving is None:
-        families = ", ".join(p.name for p in all_platforms() if p.serving is not None)
-        raise NpuctlError(
-            f"npuctl serves nothing on the {platform.title} yet; serve runs on: {families}",
-            ExitCode.USAGE,
-        )
-    return platform
+    return able(forced, lambda platform: platform.serving is not None, "serves")
 
 
 def _loopback(host: str) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image
 
+    from ..cli import Settings
     from ..embedder import Embedder, JobReuse
     from ..vision import Detection
 
@@ -129,6 +130,29 @@ class Serving:
 
     def of_task(self, task: str) -> list[ServedModel]:
         return [model for model in self.models.values() if model.task == task]
+
+
+def chosen_models(
+    settings: Settings,
+    known: dict[str, tuple[str, ...]],
+    wanted: tuple[str, ...] | None,
+) -> list[str]:
+    """The models to serve (see choose), with npuctl's errors: an unknown name is a usage
+    error, nothing downloaded a model error naming what to fetch."""
+    from ..errors import ExitCode, NpuctlError
+
+    manifest = settings.manifest
+    available = [name for name in known if (settings.models_dir / manifest.get(name).file).exists()]
+    try:
+        names = choose(known, available, wanted)
+    except ValueError as error:
+        raise NpuctlError(str(error), ExitCode.USAGE) from None
+    if not names:
+        raise NpuctlError(
+            f"no model to serve is downloaded: npuctl models fetch {' '.join(known)}",
+            ExitCode.MODEL,
+        )
+    return names
 
 
 def choose(

@@ -12,8 +12,8 @@ import numpy as np
 from PIL import Image
 
 from npuctl.embedder import JobReuse, NpuFailure
-from npuctl.errors import ExitCode, ModelError, NpuctlError
-from npuctl.serve.models import CLASSIFICATION, DETECTION, Serving, TensorMeta, choose
+from npuctl.errors import ModelError
+from npuctl.serve.models import CLASSIFICATION, DETECTION, Serving, TensorMeta, chosen_models
 
 from . import detect
 from .classify import image_tensor, read_labels, top
@@ -166,17 +166,7 @@ class MobileNetClassifier(_Served):
 
 
 def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: int) -> Serving:
-    manifest = settings.manifest
-    available = [name for name in KNOWN if (settings.models_dir / manifest.get(name).file).exists()]
-    try:
-        chosen = choose(KNOWN, available, wanted)
-    except ValueError as error:
-        raise NpuctlError(str(error), ExitCode.USAGE) from None
-    if not chosen:
-        raise NpuctlError(
-            "no model to serve is downloaded: npuctl models fetch ssdlite mobilenet",
-            ExitCode.MODEL,
-        )
+    chosen = chosen_models(settings, KNOWN, wanted)
     delegate = delegate_of(settings)
     load_module()  # a missing runtime is said before anything else
     probe_delegate(delegate)

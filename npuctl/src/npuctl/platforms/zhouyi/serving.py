@@ -14,7 +14,7 @@ from PIL import Image
 
 from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import ExitCode, NpuctlError
-from npuctl.serve.models import DETECTION, EMBEDDING, Serving, TensorMeta, choose
+from npuctl.serve.models import DETECTION, EMBEDDING, Serving, TensorMeta, chosen_models
 
 from .noe.abi import TIMEOUT_STATUS
 from .noe.binding import Job, TensorInfo, dequantize, quantize
@@ -235,18 +235,8 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
             "(leave --workers out)",
             ExitCode.USAGE,
         )
-    device = npu(settings)
-    manifest = settings.manifest
-    available = [name for name in KNOWN if (settings.models_dir / manifest.get(name).file).exists()]
-    try:
-        chosen = choose(KNOWN, available, wanted)
-    except ValueError as error:
-        raise NpuctlError(str(error), ExitCode.USAGE) from None
-    if not chosen:
-        raise NpuctlError(
-            "no model to serve is downloaded: npuctl models fetch yolov8n clip-text clip-visual",
-            ExitCode.MODEL,
-        )
+    device, manifest = npu(settings), settings.manifest
+    chosen = chosen_models(settings, KNOWN, wanted)
     files = {name: device.resolve(manifest.model(name), None) for name in chosen}
     runtime = NoeRuntime(device, files)
     embedder = None
