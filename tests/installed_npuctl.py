@@ -89,8 +89,11 @@ def prepare_scratch(
     shutil.copyfile(bus_jpg, scratch / "bus.jpg")
     picture = np.random.default_rng(3).integers(0, 256, (40, 30, 3), dtype=np.uint8)
     Image.fromarray(picture).save(scratch / "picture.png")
-    if classifier is not None:
+    if classifier is not None:  # PyPI's tflite is there to build models
+        from .npuctl.tflite_models import ssd_detector
+
         shutil.copyfile(classifier, scratch / "classifier.tflite")
+        ssd_detector(scratch / "ssd.tflite")
     (scratch / "model.onnx").write_bytes(b"")
     np.savez(scratch / "calib.npz", input0=np.zeros((4, 1, 77), np.int32))
     (scratch / "model.cfg").write_text(textwrap.dedent(GOOD_CFG))
@@ -183,6 +186,13 @@ def _classified(installed: Installed, stdout: str, stderr: str) -> None:
         _one_line_error("ai-edge-litert is not installed")(installed, stdout, stderr)
 
 
+def _detected_on_rocket(installed: Installed, stdout: str, stderr: str) -> None:
+    if installed.rocket_runtime:
+        assert isinstance(json.loads(stdout)["detections"], list), stdout
+    else:
+        _one_line_error("ai-edge-litert is not installed")(installed, stdout, stderr)
+
+
 def _manifest_written(installed: Installed, stdout: str, stderr: str) -> None:
     text = (installed.scratch / "k8s.yaml").read_text()
     assert "kind: DaemonSet" in text
@@ -239,22 +249,40 @@ INVOCATIONS: tuple[Invocation, ...] = (
         0,
         _detections,
     ),
+    *(
+        Invocation(
+            ("run", name),
+            lambda i, name=name: [
+                "--platform",
+                "rocket",
+                "run",
+                name,
+                "--model",
+                i.path("classifier.tflite"),
+                "-k",
+                "3",
+                "--json",
+                i.path("picture.png"),
+            ],
+            lambda i: 0 if i.rocket_runtime else 5,
+            _classified,
+        )
+        for name in ("mobilenet", "mobilenet-v2")
+    ),
     Invocation(
-        ("run", "mobilenet"),
+        ("run", "ssdlite"),
         lambda i: [
             "--platform",
             "rocket",
             "run",
-            "mobilenet",
+            "ssdlite",
             "--model",
-            i.path("classifier.tflite"),
-            "-k",
-            "3",
+            i.path("ssd.tflite"),
             "--json",
             i.path("picture.png"),
         ],
         lambda i: 0 if i.rocket_runtime else 5,
-        _classified,
+        _detected_on_rocket,
     ),
     Invocation(("run",), lambda i: ["run", "clip-text", "a dog"], 0, _contains("512")),
     Invocation(
