@@ -299,6 +299,66 @@ def _fully_connected(builder: flatbuffers.Builder) -> int:
     return FullyConnectedOptions.End(builder)
 
 
+POOLED_FEATURES = 4 * 4 * 3  # the image averaged to 4 x 4, flattened
+
+
+def _pooled_image(input_name: str, size: int) -> tuple[list[TensorDef], list[OpDef]]:
+    """Tensors 0-3 and their ops: the uint8 image, averaged to 4 x 4, flattened."""
+    uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
+    image_q = (1 / 128, 128)
+    tensors = [
+        TensorDef(input_name, [1, size, size, 3], uint8, quantization=image_q),
+        TensorDef("pooled", [1, 4, 4, 3], uint8, quantization=image_q),
+        TensorDef("flat_shape", [2], int32, np.array([1, POOLED_FEATURES], np.int32).tobytes()),
+        TensorDef("flat", [1, POOLED_FEATURES], uint8, quantization=image_q),
+    ]
+    pool = (BuiltinOptions.BuiltinOptions.Pool2DOptions, _pool(size // 4))
+    operators = [
+        OpDef(BuiltinOperator.BuiltinOperator.AVERAGE_POOL_2D, [0], [1], pool),
+        OpDef(BuiltinOperator.BuiltinOperator.RESHAPE, [1, 2], [3]),
+    ]
+    return tensors, operators
+
+
+def _quantized_head(
+    rng: np.random.Generator,
+    names: tuple[str, str, str],
+    outputs: int,
+    weights: tuple[int, int],
+    bias: tuple[int, int],
+    output_q: tuple[float, int],
+) -> list[TensorDef]:
+    """A FULLY_CONNECTED's weights, bias and uint8 output on the flattened image."""
+    uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
+    return [
+        TensorDef(
+            names[0],
+            [outputs, POOLED_FEATURES],
+            uint8,
+            rng.integers(*weights, (outputs, POOLED_FEATURES), dtype=np.uint8).tobytes(),
+            (1 / 256, 128),
+        ),
+        TensorDef(
+            names[1],
+            [outputs],
+            int32,
+            rng.integers(*bias, outputs, dtype=np.int32).tobytes(),
+            (1 / 128 / 256, 0),
+        ),
+        TensorDef(names[2], [1, outputs], uint8, quantization=output_q),
+    ]
+
+
+def _head_op(weights: int) -> OpDef:
+    """The FULLY_CONNECTED of a head whose weights are tensor ``weights``."""
+    return OpDef(
+        BuiltinOperator.BuiltinOperator.FULLY_CONNECTED,
+        [3, weights, weights + 1],
+        [weights + 2],
+        (BuiltinOptions.BuiltinOptions.FullyConnectedOptions, _fully_connected),
+    )
+
+
 def ssd_detector(
     path: Path, *, size: int = 32, anchors: int = 16, classes: int = 90, seed: int = 11
 ) -> Path:
@@ -307,13 +367,7 @@ def ssd_detector(
     DEQUANTIZE, RESHAPE, and the TFLite_Detection_PostProcess custom op that SSD models end
     with, which gives boxes, classes, scores and a count (float32)."""
     rng = np.random.default_rng(seed)
-    uint8, int32, float32 = (
-        TensorType.TensorType.UINT8,
-        TensorType.TensorType.INT32,
-        TensorType.TensorType.FLOAT32,
-    )
-    cell = size // 4
-    features = 4 * 4 * 3
+    int32, float32 = TensorType.TensorType.INT32, TensorType.TensorType.FLOAT32
     box_out, class_out = anchors * 4, anchors * (classes + 1)
     grid = (np.arange(4) + 0.5) / 4
     centres = np.array([(y, x) for y in grid for x in grid], dtype=np.float32)
@@ -321,42 +375,20 @@ def ssd_detector(
         [np.repeat(centres, anchors // 16 or 1, axis=0)[:anchors], np.full((anchors, 2), 0.3)],
         axis=1,
     ).astype(np.float32)  # y, x, h, w
-    image_q, scores_q = (1 / 128, 128), (1 / 255, 0)
+    front, front_ops = _pooled_image("normalized_input_image_tensor", size)
     tensors = [
-        TensorDef("normalized_input_image_tensor", [1, size, size, 3], uint8, quantization=image_q),
-        TensorDef("pooled", [1, 4, 4, 3], uint8, quantization=image_q),
-        TensorDef("flat_shape", [2], int32, np.array([1, features], np.int32).tobytes()),
-        TensorDef("flat", [1, features], uint8, quantization=image_q),
-        TensorDef(
-            "box_weights",
-            [box_out, features],
-            uint8,
-            rng.integers(96, 160, (box_out, features), dtype=np.uint8).tobytes(),
-            (1 / 256, 128),
+        *front,
+        *_quantized_head(
+            rng, ("box_weights", "box_bias", "box_q"), box_out, (96, 160), (-50, 50), (0.02, 128)
         ),
-        TensorDef(
-            "box_bias",
-            [box_out],
-            int32,
-            rng.integers(-50, 50, box_out, dtype=np.int32).tobytes(),
-            (1 / 128 / 256, 0),
+        *_quantized_head(
+            rng,
+            ("class_weights", "class_bias", "class_q"),
+            class_out,
+            (0, 256),
+            (-4000, 4000),
+            (1 / 255, 0),
         ),
-        TensorDef("box_q", [1, box_out], uint8, quantization=(0.02, 128)),
-        TensorDef(
-            "class_weights",
-            [class_out, features],
-            uint8,
-            rng.integers(0, 256, (class_out, features), dtype=np.uint8).tobytes(),
-            (1 / 256, 128),
-        ),
-        TensorDef(
-            "class_bias",
-            [class_out],
-            int32,
-            rng.integers(-4000, 4000, class_out, dtype=np.int32).tobytes(),
-            (1 / 128 / 256, 0),
-        ),
-        TensorDef("class_q", [1, class_out], uint8, quantization=scores_q),
         TensorDef("box_f", [1, box_out], float32),
         TensorDef("class_f", [1, class_out], float32),
         TensorDef("box_shape", [3], int32, np.array([1, anchors, 4], np.int32).tobytes()),
@@ -372,7 +404,6 @@ def ssd_detector(
         TensorDef("TFLite_Detection_PostProcess:3", [1], float32),
     ]
 
-    options = BuiltinOptions.BuiltinOptions
     ops_enum = BuiltinOperator.BuiltinOperator
     postprocess = flexbuffers.Dumps(
         {
@@ -390,20 +421,9 @@ def ssd_detector(
         }
     )
     operators = [
-        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, _pool(cell))),
-        OpDef(ops_enum.RESHAPE, [1, 2], [3]),
-        OpDef(
-            ops_enum.FULLY_CONNECTED,
-            [3, 4, 5],
-            [6],
-            (options.FullyConnectedOptions, _fully_connected),
-        ),
-        OpDef(
-            ops_enum.FULLY_CONNECTED,
-            [3, 7, 8],
-            [9],
-            (options.FullyConnectedOptions, _fully_connected),
-        ),
+        *front_ops,
+        _head_op(4),
+        _head_op(7),
         OpDef(ops_enum.DEQUANTIZE, [6], [10]),
         OpDef(ops_enum.DEQUANTIZE, [9], [11]),
         OpDef(ops_enum.RESHAPE, [10, 12], [14]),
@@ -422,40 +442,9 @@ def pooled_classifier(path: Path, *, size: int = 224, classes: int = 1001, seed:
     """A classifier with MobileNet's full input size and a small file: an average pool to
     4 x 4, then one quantized FULLY_CONNECTED to the classes."""
     rng = np.random.default_rng(seed)
-    uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
-    cell, features = size // 4, 4 * 4 * 3
-    image_q = (1 / 128, 128)
-    tensors = [
-        TensorDef("input", [1, size, size, 3], uint8, quantization=image_q),
-        TensorDef("pooled", [1, 4, 4, 3], uint8, quantization=image_q),
-        TensorDef("flat_shape", [2], int32, np.array([1, features], np.int32).tobytes()),
-        TensorDef("flat", [1, features], uint8, quantization=image_q),
-        TensorDef(
-            "weights",
-            [classes, features],
-            uint8,
-            rng.integers(0, 256, (classes, features), dtype=np.uint8).tobytes(),
-            (1 / 256, 128),
-        ),
-        TensorDef(
-            "bias",
-            [classes],
-            int32,
-            rng.integers(-2000, 2000, classes, dtype=np.int32).tobytes(),
-            (1 / 128 / 256, 0),
-        ),
-        TensorDef("scores", [1, classes], uint8, quantization=(0.5, 128)),
-    ]
-
-    options, ops_enum = BuiltinOptions.BuiltinOptions, BuiltinOperator.BuiltinOperator
-    operators = [
-        OpDef(ops_enum.AVERAGE_POOL_2D, [0], [1], (options.Pool2DOptions, _pool(cell))),
-        OpDef(ops_enum.RESHAPE, [1, 2], [3]),
-        OpDef(
-            ops_enum.FULLY_CONNECTED,
-            [3, 4, 5],
-            [6],
-            (options.FullyConnectedOptions, _fully_connected),
-        ),
-    ]
+    front, front_ops = _pooled_image("input", size)
+    head = _quantized_head(
+        rng, ("weights", "bias", "scores"), classes, (0, 256), (-2000, 2000), (0.5, 128)
+    )
+    tensors, operators = [*front, *head], [*front_ops, _head_op(4)]
     return graph_model(path, tensors, operators, [0], [6], "npuctl test pooled classifier")

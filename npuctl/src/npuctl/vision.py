@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from PIL import Image, ImageDraw
 
 from .errors import InputError
@@ -119,6 +120,18 @@ class Detection:
             "score": round(self.score, 4),
             "box": [round(v, 1) for v in self.box],
         }
+
+
+def golden_picture(seed: int) -> Image.Image:
+    """A fixed picture (gradients and a disc placed by ``seed``): the same pixels on every
+    start, for the golden inputs of vision models."""
+    ramp = np.linspace(0, 255, 256, dtype=np.float32)
+    red = np.add.outer(ramp, ramp) / 2
+    blue = np.abs(np.subtract.outer(ramp, ramp))
+    yy, xx = np.mgrid[:256, :256]
+    disc = ((yy - 96 - seed * 40) ** 2 + (xx - 128) ** 2 < 60**2) * 255.0
+    pixels = np.stack([red, disc, blue], axis=-1).astype(np.uint8)
+    return Image.fromarray(pixels, "RGB")
 
 
 def check_annotate_target(target: Path) -> None:

@@ -99,6 +99,16 @@ def probe_model(model: Path, delegate: Path | None, timeout: float = PROBE_TIMEO
     return result.answer
 
 
+def proven_tensors(model: Path, delegate: Path | None) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The inputs and outputs of a .tflite file, once it has run in a child process."""
+    check_tflite_file(model)
+    described = probe_model(model, delegate)
+    return (
+        [TensorSpec.of(t) for t in described["inputs"]],
+        [TensorSpec.of(t) for t in described["outputs"]],
+    )
+
+
 @dataclass
 class Timed:
     raw: np.ndarray
@@ -116,9 +126,7 @@ class LiteModel:
         load_module()  # a missing runtime is said before anything else
         if delegate is not None:
             probe_delegate(delegate)
-        described = probe_model(model, delegate)
-        self.inputs = [TensorSpec.of(t) for t in described["inputs"]]
-        self.outputs = [TensorSpec.of(t) for t in described["outputs"]]
+        self.inputs, self.outputs = proven_tensors(model, delegate)
         self._check()
         self._interpreter: Any = interpreter(model, delegate)
 

@@ -14,19 +14,13 @@ from PIL import Image
 from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import ModelError
 from npuctl.serve.models import CLASSIFICATION, DETECTION, Serving, TensorMeta, chosen_models
+from npuctl.vision import golden_picture
 
 from . import detect
 from .classify import image_tensor, read_labels, top
 from .commands import managed_file
 from .litert import interpreter, load_module
-from .runtime import (
-    TensorSpec,
-    check_tflite_file,
-    delegate_of,
-    image_input,
-    probe_delegate,
-    probe_model,
-)
+from .runtime import TensorSpec, delegate_of, image_input, probe_delegate, proven_tensors
 
 if TYPE_CHECKING:
     from npuctl.cli import Settings
@@ -77,19 +71,6 @@ class LiteRuntime:
         self._interpreters.clear()
 
 
-def _golden_picture() -> Image.Image:
-    ramp = np.linspace(0, 255, 224, dtype=np.float32)
-    pixels = np.stack(
-        [
-            np.add.outer(ramp, ramp) / 2,
-            np.abs(np.subtract.outer(ramp, ramp)),
-            np.outer(ramp, ramp) / 255,
-        ],
-        axis=-1,
-    )
-    return Image.fromarray(pixels.astype(np.uint8), "RGB")
-
-
 def _metas(specs: list[TensorSpec], fallback: str) -> tuple[TensorMeta, ...]:
     return tuple(
         TensorMeta(spec.name or f"{fallback}{index}", spec.dtype, spec.shape)
@@ -124,7 +105,7 @@ class _Served:
         return [image_tensor(picture, self.input)], picture.size
 
     def golden(self) -> list[list[np.ndarray]]:
-        return [self.prepare(_golden_picture())[0]]
+        return [self.prepare(golden_picture(0))[0]]
 
 
 class SsdDetector(_Served):
@@ -175,10 +156,7 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
     models: dict[str, Any] = {}
     for name in chosen:
         path = files[name] = managed_file(settings, name)
-        check_tflite_file(path)
-        described = probe_model(path, delegate)
-        inputs = [TensorSpec.of(t) for t in described["inputs"]]
-        outputs = [TensorSpec.of(t) for t in described["outputs"]]
+        inputs, outputs = proven_tensors(path, delegate)
         image_input(path, inputs)
         specs[name] = (inputs, outputs)
         if name == "ssdlite":

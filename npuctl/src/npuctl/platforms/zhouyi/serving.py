@@ -15,6 +15,7 @@ from PIL import Image
 from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.serve.models import DETECTION, EMBEDDING, Serving, TensorMeta, chosen_models
+from npuctl.vision import golden_picture
 
 from .noe.abi import TIMEOUT_STATUS
 from .noe.binding import Job, TensorInfo, dequantize, quantize
@@ -161,17 +162,6 @@ class _Served:
         )
 
 
-def _golden_picture(seed: int) -> Image.Image:
-    """A fixed picture (gradients and a disc): the same bytes on every start."""
-    ramp = np.linspace(0, 255, 256, dtype=np.float32)
-    red = np.add.outer(ramp, ramp) / 2
-    blue = np.abs(np.subtract.outer(ramp, ramp))
-    yy, xx = np.mgrid[:256, :256]
-    disc = ((yy - 96 - seed * 40) ** 2 + (xx - 128) ** 2 < 60**2) * 255.0
-    pixels = np.stack([red, disc, blue], axis=-1).astype(np.uint8)
-    return Image.fromarray(pixels, "RGB")
-
-
 class YoloDetector(_Served):
     task = DETECTION
     description = "YOLOv8n object detection, 80 COCO classes"
@@ -195,7 +185,7 @@ class YoloDetector(_Served):
         return yolo.decode(values, context, conf=min_confidence)
 
     def golden(self) -> list[list[np.ndarray]]:
-        return [self.prepare(_golden_picture(0))[0]]
+        return [self.prepare(golden_picture(0))[0]]
 
 
 class ClipModel(_Served):
@@ -220,7 +210,7 @@ class ClipModel(_Served):
             return self._golden()
         from .commands import clip_input
 
-        return [[clip_input(_golden_picture(seed), self.input_infos[0])] for seed in (0, 1)]
+        return [[clip_input(golden_picture(seed), self.input_infos[0])] for seed in (0, 1)]
 
 
 def _golden_texts(embedder: ClipEmbedder) -> Callable[[], list[list[np.ndarray]]]:
