@@ -166,10 +166,11 @@ bench: $(DEPS_STAMP)
 	export BENCH_REPORT_DIR=$(DIST)/bench/$(BENCH_RUN) BENCH_CONDITIONS="$(BENCH_CONDITIONS)"; \
 	status=0; $(PY) -m bench.host_cost || status=1; \
 		$(PY) -m bench.serve_cost || status=1; \
-		$(PY) -m bench.watch_quality || status=1; exit $$status
+		$(PY) -m bench.watch_quality || status=1; \
+		$(PY) -m bench.vision_cost || status=1; exit $$status
 
-## bench-vision: vision serving's host cost, Frigate-style clients and --workers scaling, with
-## the libnoe and Teflon doubles taking each model's NPU time (JSON in dist/bench/$(BENCH_RUN))
+## bench-vision: only vision serving's part of 'make bench': host cost, Frigate-style clients
+## and --workers scaling, with the libnoe and Teflon doubles taking each model's NPU time
 bench-vision: $(DEPS_STAMP)
 	BENCH_REPORT_DIR=$(DIST)/bench/$(BENCH_RUN) BENCH_CONDITIONS="$(BENCH_CONDITIONS)" \
 		$(PY) -m bench.vision_cost

@@ -73,6 +73,50 @@ def test_healthy_board(rocket, image, model):
     assert "largest element difference 0" in checks["golden"]["summary"]
 
 
+def downloaded(rocket, name, built):
+    """A model of rocket's manifest as 'npuctl models fetch' leaves it: its file and its lock."""
+    entry = load_manifest().get(name)
+    path = rocket.models / entry.file
+    shutil.copyfile(built, path)
+    Lock.load(rocket.models).record(entry, sha256_of(path), path.stat().st_size)
+    return path
+
+
+@pytest.fixture
+def detector(tmp_path):
+    pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
+    from .tflite_models import ssd_detector
+
+    return ssd_detector(tmp_path / "ssd.tflite", size=320)
+
+
+def test_golden_checks_every_downloaded_model(rocket, image, model, detector, tflite_classifier):
+    code, checks = doctor(rocket, image)
+    assert code == 0, not_ok(checks)
+    for name in ("ssdlite", "mobilenet-v2"):
+        assert checks[f"golden.{name}"]["status"] == "info"
+        assert f"npuctl models fetch {name}" in checks[f"golden.{name}"]["summary"]
+    downloaded(rocket, "ssdlite", detector)
+    downloaded(rocket, "mobilenet-v2", tflite_classifier("v2.tflite", classes=1001, seed=8))
+    code, checks = doctor(rocket, image)
+    assert code == 0, not_ok(checks)
+    ssdlite = checks["golden.ssdlite"]["summary"]
+    assert ssdlite.startswith("Golden check, ssdlite: NPU and CPU agree:")
+    assert "detections on both" in ssdlite and "largest score difference 0.000" in ssdlite
+    assert "largest element difference 0" in checks["golden.mobilenet-v2"]["summary"]
+
+
+def test_a_detector_the_npu_answers_wrongly_fails_its_golden_check(rocket, image, model, detector):
+    downloaded(rocket, "ssdlite", detector)
+    # The double now claims the model's ops and answers zeros: what a broken NPU does.
+    code, checks = doctor(rocket, image, env={"TEFLON_DOUBLE_INFER_MS": "1"})
+    assert code == 11
+    finding = checks["golden.ssdlite"]
+    assert finding["status"] == "failure"
+    assert "the NPU and the CPU disagree" in finding["summary"]
+    assert finding["fix"]
+
+
 def test_quick_skips_only_the_golden_check(rocket, image):
     code, checks = doctor(rocket, image, "--quick")
     assert code == 0, not_ok(checks)

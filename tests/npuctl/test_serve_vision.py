@@ -76,6 +76,38 @@ def test_deepstack_detection_answers_what_run_yolo_finds(yolo_board, yolo_server
     assert 'npuctl_serve_model_duration_seconds_count{model="yolov8n"}' in metrics
 
 
+def test_each_answer_says_where_its_time_went(yolo_board, bus_jpg):
+    """Server-Timing, as curl -D and a browser's network panel show it."""
+    server = start({**yolo_board.env, "NOE_DOUBLE_INFER_MS": "20"}, "--models", "yolo")
+    try:
+        command = ["curl", "-sS", "-D", "-", "-o", "/dev/null", "-F", f"image=@{bus_jpg}"]
+        result = subprocess.run(
+            [*command, f"{server.url}/v1/vision/detection"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        assert server.stop() == 0
+    (header,) = [
+        line.partition(":")[2]
+        for line in result.stdout.splitlines()
+        if line.startswith("Server-") and line.lower().startswith("server-timing:")
+    ]
+    stages = {
+        name.strip(): float(duration)
+        for name, _, duration in (part.partition(";dur=") for part in header.split(","))
+    }
+    wall = ["decode", "preprocess", "queue", "npu", "postprocess"]
+    assert list(stages) == [*wall, "total", "cpu"]
+    assert stages["npu"] >= 20  # the double's inference, in milliseconds
+    parts = sum(stages[name] for name in wall)
+    assert parts <= stages["total"] < parts + 5
+    # the thread waits for the NPU without spending CPU on it
+    assert 0 < stages["cpu"] < stages["total"] - stages["npu"]
+
+
 def test_bad_vision_requests_are_4xx_in_deepstack_shape_and_serving_goes_on(
     yolo_server, bus_jpg, tmp_path
 ):

@@ -48,4 +48,6 @@ def _decoded(source: Path | BytesIO, what: str, max_pixels: int) -> Image.Image:
                 f"{what} is {width}x{height} = {width * height:,} pixels, over the limit of "
                 f"{max_pixels:,}: scale it down or raise --max-image-pixels"
             )
-        return image.convert("RGB")
+        image.load()
+        # A JPEG decodes to RGB already: convert() would copy every pixel once more.
+        return image if image.mode == "RGB" else image.convert("RGB")

@@ -14,7 +14,7 @@ _BUCKETS = (
     0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 
-STAGES = ("queue", "preprocess", "npu", "serialize")
+STAGES = ("queue", "decode", "preprocess", "npu", "serialize")
 ERROR_KINDS = (
     "invalid_request",
     "model_not_found",
@@ -72,7 +72,8 @@ class Metrics:
         )
         self.stages = Histogram(
             "npuctl_serve_stage_duration_seconds",
-            "Time per input in each stage: queue wait, tokenize/preprocess, NPU, serialize.",
+            "Time per input in each stage: queue wait, image decode, tokenize/preprocess, NPU, "
+            "post-process and serialize.",
             ["stage"],
             buckets=_BUCKETS,
             registry=registry,

@@ -232,6 +232,17 @@ SCHEMAS: dict[str, Any] = {
     },
 }
 
+_TIMED = {
+    "headers": {
+        "Server-Timing": {
+            "description": "Where the request's time went, in milliseconds (W3C Server-Timing): "
+            "decode, preprocess, queue, npu, postprocess, total; and cpu, the CPU time of the "
+            "request's own thread apart from the decode.",
+            "schema": {"type": "string"},
+        }
+    }
+}
+
 _BUSY = {
     "429": _answer("The NPU's queue is full; Retry-After says when to try again."),
     "503": _answer("Loading, shutting down, past the deadline, or the NPU failed."),
@@ -247,7 +258,7 @@ def _vision(summary: str, schema: str) -> dict[str, Any]:
                 "content": {"multipart/form-data": {"schema": _ref("VisionForm")}},
             },
             "responses": {
-                "200": _answer("Found.", schema),
+                "200": {**_answer("Found.", schema), **_TIMED},
                 "400": _answer(
                     "Not a form, no image, not an image, too many pixels.", "VisionError"
                 ),
@@ -384,7 +395,7 @@ def paths(names: list[str]) -> dict[str, Any]:
                     },
                 },
                 "responses": {
-                    "200": _answer("The outputs.", "V2InferResponse"),
+                    "200": {**_answer("The outputs.", "V2InferResponse"), **_TIMED},
                     "400": _answer("A tensor of the wrong name, shape or datatype.", "V2Error"),
                     "401": _answer("A missing or wrong API key.", "V2Error"),
                     **v2_errors,

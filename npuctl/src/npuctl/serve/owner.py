@@ -41,7 +41,18 @@ class Work:
     """One input on its way through the NPU. Lighter than a concurrent.futures.Future or a
     threading.Event: the hand-over between threads is most of the server's own cost."""
 
-    __slots__ = ("_done", "cancelled", "deadline", "enqueued", "error", "key", "outputs", "tensors")
+    __slots__ = (
+        "_done",
+        "cancelled",
+        "deadline",
+        "enqueued",
+        "error",
+        "key",
+        "npu_seconds",
+        "outputs",
+        "queued_seconds",
+        "tensors",
+    )
 
     def __init__(self, key: str, tensors: list[np.ndarray], deadline: float) -> None:
         self.key = key
@@ -53,6 +64,7 @@ class Work:
         self.outputs: list[np.ndarray] | None = None
         self.error: BaseException | None = None
         self.cancelled = False  # the client left: skip it
+        self.queued_seconds = self.npu_seconds = 0.0  # measured by the owner, for the answer
 
     def finish(self, outputs: list[np.ndarray] | None, error: BaseException | None = None) -> None:
         self.outputs, self.error = outputs, error
@@ -201,17 +213,23 @@ class NpuOwner:
             self.metrics.errors.labels("cancelled").inc()
             return  # the client went away: its input costs no NPU time
         now = time.monotonic()
-        self.metrics.stage("queue", now - work.enqueued)
+        work.queued_seconds = now - work.enqueued
+        self.metrics.stage("queue", work.queued_seconds)
         if now > work.deadline:
             work.finish(None, DeadlineExceeded(now - work.enqueued))
             return
         try:
-            work.finish(self._timed(index, runtime, work.key, work.tensors))
+            work.finish(self._timed(index, runtime, work.key, work.tensors, work))
         except Exception as error:  # NpuFailure, or a bug: one input fails, serving goes on
             work.finish(None, error)
 
     def _timed(
-        self, index: int, runtime: Runtime, key: str, tensors: list[np.ndarray]
+        self,
+        index: int,
+        runtime: Runtime,
+        key: str,
+        tensors: list[np.ndarray],
+        work: Work | None = None,
     ) -> list[np.ndarray]:
         started = self._busy[index] = time.monotonic()
         try:
@@ -219,6 +237,8 @@ class NpuOwner:
         finally:
             self._busy[index] = None
             seconds = time.monotonic() - started
+            if work is not None:
+                work.npu_seconds = seconds
             self.metrics.stage("npu", seconds)
             self.metrics.model_seconds(key, seconds)
             with self._lock:

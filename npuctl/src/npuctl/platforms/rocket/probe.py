@@ -7,7 +7,7 @@ python -m npuctl.platforms.rocket.probe delegate LIBRARY
     standard library is used, so any Python (even one under qemu-user) can run it.
 python -m npuctl.platforms.rocket.probe golden MODEL LIBRARY
     the same fixed input through the delegate and through the CPU interpreter; the golden
-    check's verdict.
+    check's verdict (a classifier's scores, or an SSD detector's detections).
 python -m npuctl.platforms.rocket.probe model MODEL [LIBRARY]
     load MODEL with ai-edge-litert (through the delegate when given), run it once on zeros
     and describe its tensors.
@@ -82,12 +82,14 @@ def model(model_path: str, library: str | None) -> dict[str, object]:
 
 
 def golden(model_path: str, library: str) -> dict[str, object]:
+    """The same input through the delegate and through the CPU: a classifier's scores element
+    by element, an SSD detector's post-processed detections."""
     import numpy as np
 
-    from .golden import compare
-    from .litert import interpreter
+    from .golden import compare, compare_detections
+    from .litert import describe, interpreter
 
-    outputs = []
+    answers = []
     for delegate in (Path(library), None):
         loaded = interpreter(Path(model_path), delegate, quiet=False)
         (tensor,) = loaded.get_input_details()
@@ -97,9 +99,18 @@ def golden(model_path: str, library: str) -> dict[str, object]:
             data -= 128
         loaded.set_tensor(tensor["index"], data.astype(tensor["dtype"]))
         loaded.invoke()
-        (output,) = loaded.get_output_details()
-        outputs.append(loaded.get_tensor(output["index"]).reshape(-1).copy())
-    verdict = compare(outputs[0], outputs[1])
+        answers.append(
+            [loaded.get_tensor(output["index"]).copy() for output in loaded.get_output_details()]
+        )
+    if len(answers[0]) == 1:
+        verdict = compare(answers[0][0].reshape(-1), answers[1][0].reshape(-1))
+    else:
+        from .detect import found, output_order
+        from .runtime import TensorSpec
+
+        outputs = [TensorSpec.of(output) for output in describe(loaded)["outputs"]]
+        order = output_order(Path(model_path), outputs)
+        verdict = compare_detections(*(found(answer, order) for answer in answers))
     return {"ok": True, "passed": verdict.passed, "verdict": verdict.describe()}
 
 

@@ -31,17 +31,24 @@ def letterbox(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, Letterb
 
 
 def letterbox_pixels(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, Letterbox]:
-    """uint8 (3, size, size), BGR: what an input quantized with scale 255 takes as it is."""
-    rgb = image.convert("RGB")
+    """uint8 (3, size, size), BGR: what an input quantized with scale 255 takes as it is.
+
+    Pillow resizes, pads and packs each plane straight from its pixels (a frame at the model's
+    size skips the first two): a third of numpy's channel transpose."""
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
     width, height = rgb.size
     ratio = min(size / width, size / height)
     new_width, new_height = round(width * ratio), round(height * ratio)
     pad_x, pad_y = (size - new_width) / 2, (size - new_height) / 2
-    canvas = np.full((size, size, 3), PAD_VALUE, dtype=np.uint8)
     left, top = round(pad_x - 0.1), round(pad_y - 0.1)
-    resized = rgb.resize((new_width, new_height), Image.Resampling.BILINEAR)
-    canvas[top : top + new_height, left : left + new_width] = np.asarray(resized)
-    chw_bgr = np.ascontiguousarray(canvas[:, :, ::-1].transpose(2, 0, 1))
+    if (new_width, new_height) != (width, height):
+        rgb = rgb.resize((new_width, new_height), Image.Resampling.BILINEAR)
+    if (new_width, new_height) != (size, size):
+        canvas = Image.new("RGB", (size, size), (PAD_VALUE,) * 3)
+        canvas.paste(rgb, (left, top))
+        rgb = canvas
+    planes = b"".join(rgb.tobytes("raw", band) for band in "BGR")
+    chw_bgr = np.frombuffer(planes, dtype=np.uint8).reshape(3, size, size)
     return chw_bgr, Letterbox(ratio, left, top, width, height)
 
 
