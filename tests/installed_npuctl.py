@@ -348,13 +348,31 @@ def invoke(installed: Installed, invocation: Invocation) -> None:
 
 
 def serve_answers(installed: Installed) -> None:
-    """npuctl serve starts, answers /health and an embedding over TCP, and stops on SIGTERM."""
+    """npuctl serve starts with every model of the board, answers /health, an embedding, a
+    DeepStack detection form (curl, as Frigate posts it) and a KServe v2 tensor request over
+    TCP, and stops on SIGTERM."""
     server = start(None, "--cpu", "all", npuctl=installed.command())
     try:
         assert server.request("GET", "/health").body == b'{"status":"ok"}'
         answer = server.embed({"input": "a photo of a cat", "encoding_format": "float"})
         assert answer.status == 200, answer.body
         assert len(answer.json()["data"][0]["embedding"]) == 512
+        form = f"image=@{installed.scratch / 'bus.jpg'}"
+        detection = subprocess.run(
+            ["curl", "-sS", "--fail-with-body", "-F", form, f"{server.url}/v1/vision/detection"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert detection.returncode == 0, detection.stdout + detection.stderr
+        predictions = json.loads(detection.stdout)["predictions"]
+        assert [prediction["label"] for prediction in predictions] == ["person"]
+        tensor = {"name": "input_ids", "shape": [1, 77], "datatype": "INT32", "data": [0] * 77}
+        infer = server.request("POST", "/v2/models/clip-text/infer", {"inputs": [tensor]})
+        assert infer.status == 200, infer.body
+        (output,) = infer.json()["outputs"]
+        assert output["shape"] == [1, 512] and len(output["data"]) == 512
     finally:
         code = server.stop()
     assert code == 0, server.stderr
