@@ -236,8 +236,8 @@ _TIMED = {
     "headers": {
         "Server-Timing": {
             "description": "Where the request's time went, in milliseconds (W3C Server-Timing): "
-            "decode, preprocess, queue, npu, postprocess, total; and cpu, the CPU time of the "
-            "request's own thread apart from the decode.",
+            "preprocess, queue, npu, postprocess, total; a vision answer adds decode and cpu "
+            "(the CPU time of the request's own thread apart from the decode).",
             "schema": {"type": "string"},
         }
     }
