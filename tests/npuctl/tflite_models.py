@@ -150,19 +150,7 @@ def classifier(
     OperatorCode.AddVersion(builder, 1)
     code = OperatorCode.End(builder)
 
-    codes = _vector(builder, Model.StartOperatorCodesVector, [code], offsets)
-    subgraphs = _vector(builder, Model.StartSubgraphsVector, [subgraph], offsets)
-    buffer_vector = _vector(builder, Model.StartBuffersVector, buffers, offsets)
-    description = builder.CreateString("npuctl test classifier")
-    Model.Start(builder)
-    Model.AddVersion(builder, 3)
-    Model.AddOperatorCodes(builder, codes)
-    Model.AddSubgraphs(builder, subgraphs)
-    Model.AddDescription(builder, description)
-    Model.AddBuffers(builder, buffer_vector)
-    builder.Finish(Model.End(builder), file_identifier=b"TFL3")
-    path.write_bytes(builder.Output())
-    return path
+    return _write_model(builder, offsets, [code], subgraph, buffers, "npuctl test classifier", path)
 
 
 # -- a general builder: tensors and operators as data -------------------------------------
@@ -264,7 +252,20 @@ def graph_model(
             OperatorCode.AddCustomCode(builder, custom_name)
         OperatorCode.AddVersion(builder, 1)
         code_offsets.append(OperatorCode.End(builder))
-    code_vector = _vector(builder, Model.StartOperatorCodesVector, code_offsets, offsets)
+    return _write_model(builder, offsets, code_offsets, subgraph, buffers, description, path)
+
+
+def _write_model(
+    builder: flatbuffers.Builder,
+    offsets,
+    codes: list[int],
+    subgraph: int,
+    buffers: list[int],
+    description: str,
+    path: Path,
+) -> Path:
+    """The model table around one subgraph, written to ``path``."""
+    code_vector = _vector(builder, Model.StartOperatorCodesVector, codes, offsets)
     subgraphs = _vector(builder, Model.StartSubgraphsVector, [subgraph], offsets)
     buffer_vector = _vector(builder, Model.StartBuffersVector, buffers, offsets)
     description_offset = builder.CreateString(description)

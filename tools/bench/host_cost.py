@@ -98,19 +98,16 @@ def bench_tokenizer(vocab: Path) -> dict:
 
 
 def build_double(directory: Path) -> Path:
-    library = directory / "libnoe.so"
+    return compile_double(
+        ROOT / "tests" / "noe_double" / "libnoe_double.c", directory / "libnoe.so"
+    )
+
+
+def compile_double(source: Path, library: Path) -> Path:
+    """A test double (C) as a shared library the benchmarks hand to npuctl."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     subprocess.run(
-        [
-            compiler,
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-o",
-            str(library),
-            str(ROOT / "tests" / "noe_double" / "libnoe_double.c"),
-        ],
-        check=True,
+        [compiler, "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True
     )
     return library
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import http.client
 import io
-import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from bench.host_cost import ROOT, build_double, test_data
+from bench.host_cost import ROOT, build_double, compile_double, test_data
 from bench.report import print_rows
 from npuctl.images import decode_rgb
 from tests.npuctl.serve_process import Server, start
@@ -43,13 +41,8 @@ FRIGATE_TIMEOUT_S = 0.1
 
 
 def build_teflon_double(directory: Path) -> Path:
-    library = directory / "libteflon.so"
     source = ROOT / "tests" / "npuctl" / "teflon_double" / "libteflon_double.c"
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    subprocess.run(
-        [compiler, "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True
-    )
-    return library
+    return compile_double(source, directory / "libteflon.so")
 
 
 def frame(bus: Path, size: int) -> bytes:

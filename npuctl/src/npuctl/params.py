@@ -44,3 +44,7 @@ root_option = click.option(
     envvar="NPUCTL_ROOT",
     help="Inspect a system image under this directory.",
 )
+
+
+# The --json flag of every command whose output is a table, or JSON for machines.
+JSON_OUTPUT = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -9,7 +9,7 @@ import click
 from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
 from ..output import emit_json, table
-from ..params import root_option
+from ..params import JSON_OUTPUT, root_option
 from ..platforms import absent_reasons, chosen
 from ..system import System
 from . import spec
@@ -66,7 +66,7 @@ def generate(settings: Settings, spec_dir: Path, force: bool, to_stdout: bool, r
     multiple=True,
     help="[default: /etc/cdi and /var/run/cdi]",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OUTPUT
 def list_command(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
     """The CDI device names the specs on this machine define."""
     found = spec.list_devices(spec_dirs or spec.SPEC_DIRS)

@@ -10,6 +10,7 @@ import numpy as np
 from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
 from ..output import emit_json, table
+from ..params import JSON_OUTPUT
 from ..platforms import by_name
 
 KEYS = ("mean_ms", "p50_ms", "p95_ms", "min_ms", "max_ms", "stddev_ms", "throughput_per_s")
@@ -39,7 +40,7 @@ def statistics(seconds: list[float]) -> dict[str, float]:
     default=None,
     help="Use this model file instead of the managed one.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OUTPUT
 @pass_settings
 def bench(
     settings: Settings, name: str, iterations: int, warmup: int, model: Path | None, as_json: bool

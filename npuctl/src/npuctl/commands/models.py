@@ -9,6 +9,7 @@ from ..errors import ExitCode, ModelError
 from ..models.download import fetch as fetch_entry
 from ..models.store import Lock, verify
 from ..output import emit_json, table
+from ..params import JSON_OUTPUT
 from ..platforms import chosen
 from ..system import System
 
@@ -19,7 +20,7 @@ def models() -> None:
 
 
 @models.command(name="list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OUTPUT
 @pass_settings
 def list_models(settings: Settings, as_json: bool) -> None:
     """Known models and files, where they are and whether they are pinned."""
@@ -71,7 +72,7 @@ def list_models(settings: Settings, as_json: bool) -> None:
 
 @models.command()
 @click.argument("names", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OUTPUT
 @pass_settings
 def fetch(settings: Settings, names: tuple[str, ...], as_json: bool) -> None:
     """Download models (default: this machine's NPU family's, or all) and the files they
@@ -102,7 +103,7 @@ def fetch(settings: Settings, names: tuple[str, ...], as_json: bool) -> None:
 
 @models.command(name="verify")
 @click.argument("names", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OUTPUT
 @pass_settings
 def verify_models(settings: Settings, names: tuple[str, ...], as_json: bool) -> None:
     """Check present files: not empty, not Git LFS pointers, checksums."""

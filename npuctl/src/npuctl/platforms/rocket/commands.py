@@ -12,11 +12,16 @@ from npuctl.errors import ModelError
 from npuctl.images import open_rgb
 from npuctl.models.store import Lock, verify
 from npuctl.output import emit_json, table
+from npuctl.params import JSON_OUTPUT
 from npuctl.vision import check_annotate_target, write_annotated
 
 from . import detect
 from .classify import image_tensor, read_labels, top
 from .runtime import Classifier, delegate_of
+
+_CPU_OPTION = click.option(
+    "--cpu", is_flag=True, help="Run on the CPU interpreter (the reference)."
+)
 
 
 def managed_file(settings: Settings, name: str) -> Path:
@@ -47,9 +52,9 @@ def classify_command(name: str) -> click.Command:
         default=None,
         help="One label per line [default: MobileNet's labels; class numbers for --model].",
     )
-    @click.option("--cpu", is_flag=True, help="Run on the CPU interpreter (the reference).")
+    @_CPU_OPTION
     @click.option("-k", "count", type=click.IntRange(1, 1000), default=5, show_default=True)
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @JSON_OUTPUT
     @pass_settings
     def classify(
         settings: Settings,
@@ -126,8 +131,8 @@ mobilenet_v2 = classify_command("mobilenet-v2")
     default=None,
     help="Write a copy of the image with the boxes drawn.",
 )
-@click.option("--cpu", is_flag=True, help="Run on the CPU interpreter (the reference).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_CPU_OPTION
+@JSON_OUTPUT
 @pass_settings
 def ssdlite(
     settings: Settings,

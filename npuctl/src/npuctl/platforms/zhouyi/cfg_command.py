@@ -10,6 +10,7 @@ import click
 from npuctl import __version__
 from npuctl.errors import ExitCode
 from npuctl.output import emit_json
+from npuctl.params import JSON_OUTPUT
 
 from .cfg_check import Checker
 
@@ -21,7 +22,7 @@ def cfg() -> None:
 
 @cfg.command()
 @click.argument("config", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OUTPUT
 def check(config: Path, as_json: bool) -> None:
     """Every known trap of CONFIG, with its line and the fix.
 

@@ -13,7 +13,7 @@ from npuctl.embeddings import normalise, similarity
 from npuctl.errors import InputError
 from npuctl.images import open_rgb
 from npuctl.output import emit_json, matrix, table
-from npuctl.params import UTF8_TEXT
+from npuctl.params import JSON_OUTPUT, UTF8_TEXT
 from npuctl.vision import check_annotate_target, write_annotated
 
 from .noe.binding import TensorInfo, quantize
@@ -28,7 +28,6 @@ _model_option = click.option(
     default=None,
     help="Use this model file instead of the managed one.",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def load_tokenizer(settings: Settings, vocab: Path | None) -> ClipTokenizer:
@@ -86,7 +85,7 @@ def clip_input(image: Image.Image, info: TensorInfo) -> np.ndarray:
     help="CLIP's bpe_simple_vocab_16e6.txt.gz [default: in the model directory].",
 )
 @click.option("--truncate", is_flag=True, help="Cut texts longer than 77 tokens.")
-@_json_option
+@JSON_OUTPUT
 @pass_settings
 def clip_text(
     settings: Settings,
@@ -142,7 +141,7 @@ def clip_text(
     help="CLIP text model file for --text.",
 )
 @click.option("--vocab", type=click.Path(path_type=Path), default=None)
-@_json_option
+@JSON_OUTPUT
 @pass_settings
 def clip_image_command(
     settings: Settings,
@@ -207,7 +206,7 @@ def clip_image_command(
     default=None,
     help="Write a copy of the image with the boxes drawn.",
 )
-@_json_option
+@JSON_OUTPUT
 @pass_settings
 def yolo_command(
     settings: Settings,
