@@ -69,13 +69,11 @@ def form(image: bytes) -> tuple[bytes, dict[str, str]]:
 
 def npu_seconds(server: Server, model: str) -> tuple[float, float]:
     """The server's NPU time so far for ``model``: (sum, count) from /metrics."""
-    total = count = 0.0
-    for line in server.request("GET", "/metrics").body.decode().splitlines():
-        if line.startswith(f'npuctl_serve_model_duration_seconds_sum{{model="{model}"}}'):
-            total = float(line.split()[-1])
-        if line.startswith(f'npuctl_serve_model_duration_seconds_count{{model="{model}"}}'):
-            count = float(line.split()[-1])
-    return total, count
+    labels = f'{{model="{model}"}}'
+    return (
+        server.metric(f"npuctl_serve_model_duration_seconds_sum{labels}"),
+        server.metric(f"npuctl_serve_model_duration_seconds_count{labels}"),
+    )
 
 
 def post(connection: http.client.HTTPConnection, path: str, body: bytes, headers: dict) -> float:
