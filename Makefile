@@ -21,8 +21,8 @@ PACKAGE ?= aipu-dkms
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
-.PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s \
-	lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables docs-tables clean
+.PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
+	check-images lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables docs-tables clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
@@ -123,6 +123,26 @@ ROOTLESS_TESTS := $(addprefix tests/npuctl/,test_doctor.py test_noe_paths.py tes
 test-rootless: $(DEPS_STAMP)
 	tools/run-unprivileged.sh $(PY) -m pytest -p no:cacheprovider $(PYTEST) $(PYTEST_ARGS) \
 		$(ROOTLESS_TESTS)
+
+## image: the container images of images/*.yaml (npuctl serve with each family's user space)
+## for arm64 and amd64 in dist/images, from Debian's archive, PyPI and the .debs 'make deb'
+## wrote (root; arm64 needs binfmt emulation: qemu-user-static). IMAGES=npuctl,... and
+## ARCHITECTURES=amd64 narrow it; REGISTRY=host[:port]/path then pushes each image's
+## architectures under one name (REGISTRY_TLS_VERIFY=false for a plain-HTTP registry).
+IMAGES ?=
+ARCHITECTURES ?=
+REGISTRY ?=
+REGISTRY_TLS_VERIFY ?= true
+IMAGE_TOOL = $(PY) -m oci_image --images "$(IMAGES)" --architectures "$(ARCHITECTURES)" \
+	--dist $(DIST)
+image: $(DEPS_STAMP)
+	$(IMAGE_TOOL) build --work $(BUILD)/images
+	$(if $(REGISTRY),$(IMAGE_TOOL) push --registry $(REGISTRY) \
+		$(if $(filter false,$(REGISTRY_TLS_VERIFY)),--no-tls-verify))
+
+## check-images: the container image tests in full, arm64 under emulation included (root)
+check-images: $(DEPS_STAMP)
+	NPUCTL_IMAGE_TESTS=full $(PY) -m pytest $(PYTEST) tests/test_container_images.py
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants
 k8s: $(DEPS_STAMP)

@@ -18,6 +18,7 @@ packages=(
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim
 	qemu-user                                  # Debian's arm64 Teflon under npuctl's probe
 	podman runc busybox-static                 # a real container given the NPU through CDI
+	mmdebstrap qemu-user-static binfmt-support # make image: root file systems, arm64 emulated
 	shellcheck                                 # lint
 	curl valgrind                              # a real client of npuctl serve; instruction counts in make bench
 	gcc                                        # the libnoe test double

@@ -8,6 +8,9 @@ from pathlib import Path
 # about 1 GB to decode. 50 megapixels admit every phone and most camera photos.
 DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
 
+# npuctl serve's TCP port: the K3s manifests, the container image and its health check.
+DEFAULT_SERVE_PORT = 8340
+
 
 def default_serve_socket() -> Path | None:
     """Where 'npuctl serve' listens by default and where its clients ('npuctl watch') look."""

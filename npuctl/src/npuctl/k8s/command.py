@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
+from ..defaults import DEFAULT_SERVE_PORT
 from ..files import write_text_atomically
 from ..platforms import all_platforms, by_name
 from ..system import System
@@ -34,9 +35,15 @@ def k8s() -> None:
     default="zhouyi",
     show_default=True,
 )
-@click.option("--image", default=f"localhost/npuctl:{__version__}", show_default=True)
+@click.option(
+    "--image",
+    default=None,
+    help="The image 'make image' printed [default: localhost/<the family's image>:VERSION].",
+)
 @click.option("--namespace", default="npuctl", show_default=True)
-@click.option("--port", type=click.IntRange(1, 65535), default=8340, show_default=True)
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=DEFAULT_SERVE_PORT, show_default=True
+)
 @click.option(
     "--device-via",
     type=click.Choice(["cdi", "device-plugin"]),
@@ -59,7 +66,7 @@ def k8s() -> None:
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def render_command(
     family: str,
-    image: str,
+    image: str | None,
     namespace: str,
     port: int,
     device_via: str,
@@ -69,15 +76,16 @@ def render_command(
 ) -> None:
     """Print (or write to --output) the manifests: a DaemonSet of npuctl serve on the nodes
     labelled npuctl.io/npu-healthy=true, its Service, and the device plugin if chosen."""
+    platform = by_name(family)
     choices = Choices(
-        image,
+        image or f"localhost/{platform.container_image}:{__version__}",
         namespace,
         port,
         device_via=device_via,
         render_gid=render_gid or _render_gid(),
         api_key_secret=None if api_key_secret == "none" else api_key_secret,
     )
-    text = render(by_name(family), choices)
+    text = render(platform, choices)
     if output is None:
         click.echo(text, nl=False)
     else:

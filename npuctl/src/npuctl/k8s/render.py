@@ -9,6 +9,7 @@ from importlib.resources import files
 import yaml
 from jinja2 import Environment, StrictUndefined
 
+from ..defaults import DEFAULT_SERVE_PORT
 from ..doctor.nfd import NAMESPACE
 from ..platforms.base import Platform
 
@@ -19,7 +20,7 @@ PLUGIN_IMAGE = "squat/generic-device-plugin:latest"
 class Choices:
     image: str
     namespace: str = "npuctl"
-    port: int = 8340
+    port: int = DEFAULT_SERVE_PORT
     deadline: int = 30
     device_via: str = "cdi"  # or "device-plugin"
     render_gid: int = 107

@@ -54,6 +54,9 @@ class Platform:
     # them ('npuctl k8s render').
     cdi_kind: str = ""
     device_paths: tuple[str, ...] = ()
+    # The container image 'make image' builds for its nodes (images/<name>.yaml), which
+    # 'npuctl k8s render' names by default.
+    container_image: str = "npuctl"
     # Options of 'npuctl provision' that only this platform's actions read.
     provision_options: tuple[Callable[[click.Command], click.Command], ...] = ()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from ..cli import Settings, pass_settings
-from ..defaults import default_serve_socket
+from ..defaults import DEFAULT_SERVE_PORT, default_serve_socket
 from ..errors import ExitCode, NpuctlError
 from ..platforms import able
 from ..platforms.base import Platform
@@ -26,7 +26,6 @@ from .models import Serving
 from .owner import NpuOwner
 
 log = logging.getLogger("npuctl.serve")
-DEFAULT_PORT = 8340
 
 
 def _names(value: str | None) -> tuple[str, ...] | None:
@@ -83,7 +82,7 @@ def _public(value: str) -> frozenset[str]:
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
-    default=DEFAULT_PORT,
+    default=DEFAULT_SERVE_PORT,
     show_default=True,
     help="TCP port (0: any free port, printed when ready).",
 )

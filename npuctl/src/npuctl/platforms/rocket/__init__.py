@@ -44,6 +44,7 @@ PLATFORM = Platform(
     serve_workers=3,  # the NPU's three cores; Mesa's rocket runs one job stream per core
     cdi=("cdi", "edits"),
     cdi_kind="rockchip.com/npu",
+    container_image="npuctl-rocket",  # with Mesa's Teflon and the TFLite runtime
     device_paths=("/dev/accel/accel0",),
     global_options=(
         click.option(

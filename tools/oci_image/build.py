@@ -1,0 +1,181 @@
+"""One image for one architecture: root file system, layer, archive and SBOM in dist/images,
+each written whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.atomic import write_atomically
+from pipeline.config import load_config
+from pipeline.npuctl_package import npuctl_version
+
+from . import rootfs, sbom
+from .archive import Healthcheck, ImageConfig, Written, write_archive
+from .definition import REPO_ROOT, Definition
+from .errors import ExitCode, ImageError
+from .layer import write_layer
+
+SERVE_PORT = 8340  # npuctl serve's default port (npuctl.defaults.DEFAULT_SERVE_PORT)
+NOBODY = "65534:65534"  # Debian's nobody/nogroup; the K3s manifests run the pods as it too
+MODELS = "/var/lib/npuctl/models"
+ENVIRONMENT = [
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG=C.UTF-8",
+    f"NPUCTL_MODELS={MODELS}",
+    # The root file system is read-only: nothing tries to write byte code next to the sources.
+    "PYTHONDONTWRITEBYTECODE=1",
+    "PYTHONUNBUFFERED=1",
+]
+
+
+@dataclass(frozen=True)
+class Built:
+    reference: str
+    architecture: str
+    archive: Written
+    sbom: Path
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "image": self.reference,
+            "architecture": self.architecture,
+            "archive": str(self.archive.path),
+            "sbom": str(self.sbom),
+            "manifest_digest": self.archive.manifest_digest,
+            "config_digest": self.archive.config_digest,
+            "layer_digest": self.archive.layer.digest,
+            "layer_diff_id": self.archive.layer.diff_id,
+            "compressed_bytes": self.archive.layer.size,
+            "uncompressed_bytes": self.archive.layer.tar_size,
+        }
+
+
+def source_epoch() -> int:
+    """SOURCE_DATE_EPOCH, else the commit's time: two builds of one commit agree."""
+    if value := os.environ.get("SOURCE_DATE_EPOCH"):
+        if not value.isdigit():
+            raise ImageError(f"SOURCE_DATE_EPOCH={value!r} is not a number", ExitCode.USAGE)
+        return int(value)
+    result = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        raise ImageError(
+            "no SOURCE_DATE_EPOCH and no git commit to take it from: set SOURCE_DATE_EPOCH",
+            ExitCode.USAGE,
+        )
+    return int(result.stdout.strip())
+
+
+def revision() -> str:
+    result = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return result.stdout.strip() if result.returncode == 0 else "unknown"
+
+
+def image_config(
+    definition: Definition, architecture: str, name: str, version: str, epoch: int
+) -> ImageConfig:
+    project = load_config(REPO_ROOT / "dkms" / "aipu-dkms.yaml")
+    labels = {
+        "org.opencontainers.image.title": definition.title,
+        "org.opencontainers.image.description": definition.description,
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.revision": revision(),
+        "org.opencontainers.image.source": project.project_homepage,
+        "org.opencontainers.image.url": project.project_homepage,
+        "org.opencontainers.image.licenses": "GPL-2.0-only",
+        "org.opencontainers.image.base.name": f"debian:{definition.suite}",
+        "io.npuctl.families": ",".join(definition.families),
+    }
+    return ImageConfig(
+        reference=name,
+        architecture=architecture,
+        user=NOBODY,
+        entrypoint=["npuctl"],
+        cmd=["serve", "--host", "0.0.0.0", "--port", str(SERVE_PORT), "--no-unix-socket"],
+        env=ENVIRONMENT,
+        ports=[SERVE_PORT],
+        labels=labels,
+        # npuctl serve finishes the requests in flight on SIGTERM (--deadline).
+        stop_signal="SIGTERM",
+        healthcheck=Healthcheck(["python3", "-m", "npuctl.serve.healthcheck"]),
+        epoch=epoch,
+        history=f"make image: mmdebstrap {definition.suite} {definition.name} {version}",
+        volumes=[MODELS],
+    )
+
+
+def _fresh(folder: Path) -> None:
+    """An empty work folder; a mount left inside it by a killed mmdebstrap stops us."""
+    mounts = (
+        Path("/proc/mounts").read_text(encoding="utf-8") if Path("/proc/mounts").exists() else ""
+    )
+    if any(f" {folder.resolve()}/" in line for line in mounts.splitlines()):
+        raise ImageError(f"{folder} still has mounts inside: unmount them first", ExitCode.BUILD)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+
+
+def preflight(wanted: list[tuple[Definition, str]], dist: Path) -> None:
+    """Every precondition of every image asked for, before anything is built: a missing one
+    costs one line and leaves no image."""
+    version = npuctl_version()
+    source_epoch()
+    for definition, architecture in wanted:
+        rootfs.local_debs(definition, dist, version)
+        rootfs.check_emulation(architecture)
+    suites = {s for d, a in wanted for s in d.suites_for(a)}
+    rootfs.check_archive(tuple(sorted(suites)))
+    if wanted:
+        rootfs.tool("mmdebstrap", "mmdebstrap")
+
+
+def build(
+    definition: Definition,
+    architecture: str,
+    dist: Path,
+    work: Path,
+) -> Built:
+    """Build one image; ``preflight`` has passed for it."""
+    version = npuctl_version()
+    name = f"localhost/{definition.name}:{version}"
+    debs = rootfs.local_debs(definition, dist, version)
+    epoch = source_epoch()
+    folder = work / f"{definition.name}-{architecture}"
+    _fresh(folder)
+    root, log = folder / "root", folder / "build.log"
+    rootfs.debootstrap(definition, architecture, debs, root, epoch, log)
+    rootfs.install_wheels(definition, architecture, root, log)
+    stem = f"{definition.name}_{version}_{architecture}"
+    layer = write_layer(root, folder / "layer.tar.gz", epoch)
+    images = dist / "images"
+    config = image_config(definition, architecture, name, version, epoch)
+    components = [("deb", c) for c in sbom.debian_packages(root, definition.suite)]
+    if definition.wheels is not None:
+        target = root / definition.wheels.target.lstrip("/")
+        components += [("pypi", c) for c in sbom.wheels(target)]
+    document = sbom.document(
+        name,
+        version,
+        config.created,
+        f"{config.labels['org.opencontainers.image.source'].rstrip('/')}/spdx/{stem}-"
+        f"{layer.diff_id.split(':')[1]}",
+        components,
+    )
+    sbom_path = images / f"{stem}.spdx.json"
+    write_atomically(sbom_path, json.dumps(document, indent=1, sort_keys=True) + "\n")
+    archive = write_archive(config, layer, images / f"{stem}.oci.tar")
+    built = Built(name, architecture, archive, sbom_path)
+    write_atomically(images / f"{stem}.json", json.dumps(built.summary(), indent=1) + "\n")
+    shutil.rmtree(root, ignore_errors=True)  # 200 MB a tree; the archive has it all
+    return built

@@ -1,0 +1,90 @@
+"""images/<name>.yaml: what one container image holds, described once, in data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import ExitCode, ImageError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+IMAGES_DIR = REPO_ROOT / "images"
+ARCHITECTURES = ("arm64", "amd64")
+
+
+@dataclass(frozen=True)
+class Wheels:
+    requirements: Path  # pip's requirements file, every file pinned by its sha256
+    target: str  # the folder in the image
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    title: str
+    description: str
+    families: tuple[str, ...]
+    suite: str
+    architectures: tuple[str, ...]
+    debs: tuple[str, ...]
+    archive_packages: dict[str, tuple[str, ...]]
+    wheels: Wheels | None
+    size_limit_mb: int
+
+    def packages_for(self, architecture: str) -> tuple[str, ...]:
+        return self.archive_packages.get(architecture, ())
+
+    def suites_for(self, architecture: str) -> tuple[str, ...]:
+        """The suite and every other suite a package is taken from (pkg/suite)."""
+        others = {
+            package.split("/", 1)[1]
+            for package in self.packages_for(architecture)
+            if "/" in package
+        }
+        return (self.suite, *sorted(others - {self.suite}))
+
+
+def image_names(directory: Path = IMAGES_DIR) -> list[str]:
+    return sorted(path.stem for path in directory.glob("*.yaml"))
+
+
+def load(name: str, directory: Path = IMAGES_DIR) -> Definition:
+    path = directory / f"{name}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        wheels = data.get("wheels")
+        definition = Definition(
+            name=str(data["name"]),
+            title=str(data["title"]),
+            description=" ".join(str(data["description"]).split()),
+            families=tuple(data["families"]),
+            suite=str(data["suite"]),
+            architectures=tuple(data["architectures"]),
+            debs=tuple(data["debs"]),
+            archive_packages={
+                str(arch): tuple(packages)
+                for arch, packages in (data.get("archive_packages") or {}).items()
+            },
+            wheels=Wheels(directory / wheels["requirements"], str(wheels["target"]))
+            if wheels
+            else None,
+            size_limit_mb=int(data["size_limit_mb"]),
+        )
+    except FileNotFoundError:
+        raise ImageError(
+            f"no image {name!r}: images/ describes {', '.join(image_names(directory))}",
+            ExitCode.USAGE,
+        ) from None
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ImageError(f"{path} is broken: {error!r}", ExitCode.USAGE) from None
+    if definition.name != name:
+        raise ImageError(f"{path}: name is {definition.name!r}, not {name!r}", ExitCode.USAGE)
+    unknown = set(definition.architectures) - set(ARCHITECTURES)
+    if unknown:
+        raise ImageError(
+            f"{path}: unknown architectures {sorted(unknown)} (known: {', '.join(ARCHITECTURES)})",
+            ExitCode.USAGE,
+        )
+    return definition
