@@ -178,7 +178,8 @@ check-kernels: deb
 		--src-dir $(BUILD)/lab-src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
 
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations;
-## every verdict a ratio to a reference timed in the same rounds, or an instruction count
+## every verdict a ratio to a reference timed in the same rounds, or an instruction count; and
+## the size of each container image against its bound (images missing from dist/images are built)
 ## (JSON reports in dist/bench/$(BENCH_RUN))
 BENCH_RUN ?= quiet
 BENCH_CONDITIONS ?= the machine as it was
@@ -187,7 +188,8 @@ bench: $(DEPS_STAMP)
 	status=0; $(PY) -m bench.host_cost || status=1; \
 		$(PY) -m bench.serve_cost || status=1; \
 		$(PY) -m bench.watch_quality || status=1; \
-		$(PY) -m bench.vision_cost || status=1; exit $$status
+		$(PY) -m bench.vision_cost || status=1; \
+		$(PY) -m bench.image_size || status=1; exit $$status
 
 ## bench-vision: only vision serving's part of 'make bench': host cost, Frigate-style clients
 ## and --workers scaling, with the libnoe and Teflon doubles taking each model's NPU time

@@ -23,6 +23,7 @@ from .layer import write_layer
 SERVE_PORT = 8340  # npuctl serve's default port (npuctl.defaults.DEFAULT_SERVE_PORT)
 NOBODY = "65534:65534"  # Debian's nobody/nogroup; the K3s manifests run the pods as it too
 MODELS = "/var/lib/npuctl/models"
+REVISION_LABEL = "org.opencontainers.image.revision"
 ENVIRONMENT = [
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "LANG=C.UTF-8",
@@ -39,11 +40,13 @@ class Built:
     architecture: str
     archive: Written
     sbom: Path
+    revision: str
 
     def summary(self) -> dict[str, object]:
         return {
             "image": self.reference,
             "architecture": self.architecture,
+            "revision": self.revision,
             "archive": str(self.archive.path),
             "sbom": str(self.sbom),
             "manifest_digest": self.archive.manifest_digest,
@@ -90,7 +93,7 @@ def image_config(
         "org.opencontainers.image.title": definition.title,
         "org.opencontainers.image.description": definition.description,
         "org.opencontainers.image.version": version,
-        "org.opencontainers.image.revision": revision(),
+        REVISION_LABEL: revision(),
         "org.opencontainers.image.source": project.project_homepage,
         "org.opencontainers.image.url": project.project_homepage,
         "org.opencontainers.image.licenses": "GPL-2.0-only",
@@ -175,7 +178,7 @@ def build(
     sbom_path = images / f"{stem}.spdx.json"
     write_atomically(sbom_path, json.dumps(document, indent=1, sort_keys=True) + "\n")
     archive = write_archive(config, layer, images / f"{stem}.oci.tar")
-    built = Built(name, architecture, archive, sbom_path)
+    built = Built(name, architecture, archive, sbom_path, config.labels[REVISION_LABEL])
     write_atomically(images / f"{stem}.json", json.dumps(built.summary(), indent=1) + "\n")
     shutil.rmtree(root, ignore_errors=True)  # 200 MB a tree; the archive has it all
     return built

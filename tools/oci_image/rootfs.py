@@ -23,7 +23,10 @@ AARCH64_MAGIC = "7f454c460201010000000000000000000200b700"
 PIP_PLATFORMS = {"arm64": "manylinux_2_27_aarch64", "amd64": "manylinux_2_27_x86_64"}
 HOST_ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
 # Documentation and translations are not needed to serve; the copyright files stay (licences).
+# glibc's iconv modules (20 MB) convert legacy character sets, which nothing in the image
+# does: Python's codecs are its own and UTF-8 is built into glibc.
 DPKG_OPTIONS = (
+    "path-exclude=/usr/lib/*/gconv/*",
     "path-exclude=/usr/share/man/*",
     "path-exclude=/usr/share/info/*",
     "path-exclude=/usr/share/locale/*",
