@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -529,3 +531,29 @@ def test_systemd_notify_ready_watchdog_and_stopping(clip_board: Board, tmp_path:
         while messages[-1] != "STOPPING=1":
             messages.append(notify.recv(100).decode())
         assert server.process.wait(60) == 0
+
+
+def test_the_container_health_check_asks_health(server: Server) -> None:
+    """The images' HEALTHCHECK: exit 0 while /health answers, 1 with one line otherwise."""
+
+    def check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "npuctl.serve.healthcheck", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=False,
+        )
+
+    healthy = check(f"{server.url}/health")
+    assert healthy.returncode == 0 and healthy.stdout == "", healthy.stdout + healthy.stderr
+    by_environment = check(env={**os.environ, "NPUCTL_HEALTH_URL": f"{server.url}/health"})
+    assert by_environment.returncode == 0
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    for url in (f"http://127.0.0.1:{port}/health", f"{server.url}/no-such-path", "ftp://x"):
+        down = check(url)
+        assert down.returncode == 1 and down.stderr == ""
+        assert len(down.stdout.splitlines()) == 1 and down.stdout.startswith("unhealthy: ")
