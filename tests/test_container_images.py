@@ -25,6 +25,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from pipeline.fetch import cache_root
 from pipeline.npuctl_package import npuctl_version
 
 from .conftest import run
@@ -574,7 +575,7 @@ class Registry:
 def local_registry(tmp_path: Path) -> Registry:
     """Debian's docker-registry (the CNCF distribution registry), taken from the archive into
     the cache and run on a free port of this machine, over plain HTTP."""
-    cache = Path(os.environ.get("AIPU_CACHE", Path.home() / ".cache" / "aipu-dkms")) / "tools"
+    cache = cache_root() / "tools"
     binary = cache / "docker-registry" / "usr/bin/docker-registry"
     if not binary.exists():
         cache.mkdir(parents=True, exist_ok=True)
