@@ -70,6 +70,20 @@ def image_tool(dist: Path, *args: str, env: dict[str, str] | None = None):
     )
 
 
+def build_npuctl_amd64(dist: Path, work: Path, env: dict[str, str] | None = None):
+    return image_tool(
+        dist,
+        "--images",
+        "npuctl",
+        "--architectures",
+        "amd64",
+        "build",
+        "--work",
+        str(work),
+        env=env,
+    )
+
+
 def require_image_support() -> str:
     if os.geteuid() != 0:
         pytest.skip("building images needs root (mmdebstrap's root mode) and podman as root")
@@ -237,16 +251,7 @@ def test_two_builds_of_one_commit_give_the_same_image(amd64_images: Path, tmp_pa
     again.mkdir()
     for deb in amd64_images.glob("*.deb"):
         shutil.copy(deb, again)
-    result = image_tool(
-        again,
-        "--images",
-        "npuctl",
-        "--architectures",
-        "amd64",
-        "build",
-        "--work",
-        str(tmp_path / "w"),
-    )
+    result = build_npuctl_amd64(again, tmp_path / "w")
     assert result.returncode == 0, result.stderr[-3000:]
     first, second = summary(amd64_images, "npuctl", "amd64"), summary(again, "npuctl", "amd64")
     for key in ("layer_diff_id", "layer_digest", "config_digest", "manifest_digest"):
@@ -285,16 +290,8 @@ def test_a_missing_deb_is_one_line_and_no_image(tmp_path: Path):
 
 
 def test_an_unreachable_archive_is_one_line_and_no_image(image_debs: Path, tmp_path: Path):
-    result = image_tool(
-        image_debs,
-        "--images",
-        "npuctl",
-        "--architectures",
-        "amd64",
-        "build",
-        "--work",
-        str(tmp_path / "w"),
-        env={"DEBIAN_MIRROR": "http://127.0.0.1:9/debian"},
+    result = build_npuctl_amd64(
+        image_debs, tmp_path / "w", env={"DEBIAN_MIRROR": "http://127.0.0.1:9/debian"}
     )
     assert result.returncode == 4
     assert "cannot reach Debian's archive at http://127.0.0.1:9/debian" in only_line(result)
