@@ -17,7 +17,7 @@ DIST = Path("dist")
 
 
 def _summary(name: str, architecture: str) -> dict | None:
-    path = DIST / "images" / f"{name}_{npuctl_version()}_{architecture}.json"
+    path = DIST / "images" / f"{load(name).stem(npuctl_version(), architecture)}.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 archives = []
                 for architecture in architectures:
-                    stem = f"{definition.name}_{version}_{architecture}"
+                    stem = definition.stem(version, architecture)
                     archive = args.dist / "images" / f"{stem}.oci.tar"
                     if not archive.is_file():
                         raise ImageError(

@@ -10,19 +10,20 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from npuctl.defaults import DEFAULT_SERVE_PORT
+from npuctl.models.store import SYSTEM_DIR
 from pipeline.atomic import write_atomically
-from pipeline.config import load_config
+from pipeline.config import REPO_ROOT, load_config
 from pipeline.npuctl_package import npuctl_version
 
 from . import rootfs, sbom
 from .archive import Healthcheck, ImageConfig, Written, write_archive
-from .definition import REPO_ROOT, Definition
+from .definition import Definition
 from .errors import ExitCode, ImageError
 from .layer import write_layer
 
-SERVE_PORT = 8340  # npuctl serve's default port (npuctl.defaults.DEFAULT_SERVE_PORT)
 NOBODY = "65534:65534"  # Debian's nobody/nogroup; the K3s manifests run the pods as it too
-MODELS = "/var/lib/npuctl/models"
+MODELS = str(SYSTEM_DIR)  # where npuctl looks for models on a board, too
 REVISION_LABEL = "org.opencontainers.image.revision"
 ENVIRONMENT = [
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -88,7 +89,7 @@ def revision() -> str:
 def image_config(
     definition: Definition, architecture: str, name: str, version: str, epoch: int
 ) -> ImageConfig:
-    project = load_config(REPO_ROOT / "dkms" / "aipu-dkms.yaml")
+    project = load_config()  # the project's homepage is every package's
     labels = {
         "org.opencontainers.image.title": definition.title,
         "org.opencontainers.image.description": definition.description,
@@ -105,9 +106,9 @@ def image_config(
         architecture=architecture,
         user=NOBODY,
         entrypoint=["npuctl"],
-        cmd=["serve", "--host", "0.0.0.0", "--port", str(SERVE_PORT), "--no-unix-socket"],
+        cmd=["serve", "--host", "0.0.0.0", "--port", str(DEFAULT_SERVE_PORT), "--no-unix-socket"],
         env=ENVIRONMENT,
-        ports=[SERVE_PORT],
+        ports=[DEFAULT_SERVE_PORT],
         labels=labels,
         # npuctl serve finishes the requests in flight on SIGTERM (--deadline).
         stop_signal="SIGTERM",
@@ -159,7 +160,7 @@ def build(
     root, log = folder / "root", folder / "build.log"
     rootfs.debootstrap(definition, architecture, debs, root, epoch, log)
     rootfs.install_wheels(definition, architecture, root, log)
-    stem = f"{definition.name}_{version}_{architecture}"
+    stem = definition.stem(version, architecture)
     layer = write_layer(root, folder / "layer.tar.gz", epoch)
     images = dist / "images"
     config = image_config(definition, architecture, name, version, epoch)

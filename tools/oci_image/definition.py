@@ -7,9 +7,10 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.config import REPO_ROOT
+
 from .errors import ExitCode, ImageError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGES_DIR = REPO_ROOT / "images"
 ARCHITECTURES = ("arm64", "amd64")
 
@@ -32,6 +33,10 @@ class Definition:
     archive_packages: dict[str, tuple[str, ...]]
     wheels: Wheels | None
     size_limit_mb: int
+
+    def stem(self, version: str, architecture: str) -> str:
+        """The file name of this image's archive, SBOM and summary, without the suffix."""
+        return f"{self.name}_{version}_{architecture}"
 
     def packages_for(self, architecture: str) -> tuple[str, ...]:
         return self.archive_packages.get(architecture, ())

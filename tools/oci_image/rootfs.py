@@ -13,10 +13,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from pipeline.config import DEBIAN_MIRROR
+
 from .definition import Definition
 from .errors import ExitCode, ImageError
 
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 # The ELF header fields binfmt_misc matches an aarch64 executable on (e_machine 0xb7).
 AARCH64_MAGIC = "7f454c460201010000000000000000000200b700"
@@ -38,7 +39,7 @@ FILE_MIRROR_HOOK = Path("/usr/share/mmdebstrap/hooks/file-mirror-automount")
 
 
 def mirror() -> str:
-    return (os.environ.get("DEBIAN_MIRROR") or DEFAULT_MIRROR).rstrip("/")
+    return (os.environ.get("DEBIAN_MIRROR") or DEBIAN_MIRROR).rstrip("/")
 
 
 def check_emulation(architecture: str, binfmt_dir: Path = BINFMT_DIR) -> None:
