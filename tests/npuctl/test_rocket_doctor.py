@@ -73,6 +73,23 @@ def test_healthy_board(rocket, image, model):
     assert "largest element difference 0" in checks["golden"]["summary"]
 
 
+def test_a_board_with_one_core_enabled_is_told_so_and_checked_on_that_core(rocket, image, model):
+    """Like the emulated Orange Pi 5 Plus: two of the three cores disabled in the device tree."""
+    base = "sys/firmware/devicetree/base"
+    for address in ("fdab0000", "fdac0000"):
+        image.write(f"{base}/npu@{address}/status", "disabled\0")
+    image.dmesg("[    4.0] rocket fdad0000.npu: Rockchip NPU core 0 version: 65538\n")
+    code, checks = doctor(rocket, image)
+    assert code == 11
+    platform = checks["platform.npu"]
+    assert platform["status"] == "failure"
+    assert "npu@fdab0000, npu@fdac0000 are disabled" in platform["summary"]
+    assert "device-tree overlay" in platform["fix"]
+    assert checks["cores.probed"]["status"] == "ok"
+    assert checks["cores.probed"]["summary"] == "1 NPU core probed"
+    assert checks["golden"]["status"] == "ok", not_ok(checks)
+
+
 def downloaded(rocket, name, built):
     """A model of rocket's manifest as 'npuctl models fetch' leaves it: its file and its lock."""
     entry = load_manifest().get(name)

@@ -37,7 +37,8 @@ BLACKLIST = next(iter(DRIVER.board_files_named("blacklist-rknpu.conf")), "")
 
 def check(system: System, options: Options, report: Report) -> None:
     delegate = Path(str(options.platform_options.get("delegate") or DEFAULT_DELEGATE))
-    if not _platform(system, report):
+    enabled = _platform(system, report)
+    if not enabled:
         for finding_id, what in (
             ("kernel", "Kernel, DKMS, module and device"),
             ("user-space", "Teflon, runtime and NPU"),
@@ -77,7 +78,7 @@ def check(system: System, options: Options, report: Report) -> None:
                 "cores.probed",
                 "cores",
                 "NPU cores",
-                lambda: _cores(system, report),
+                lambda: _cores(system, report, enabled),
                 ("bound",),
                 "the NPU cores did not probe",
             ),
@@ -114,7 +115,8 @@ def check(system: System, options: Options, report: Report) -> None:
     )
 
 
-def _platform(system: System, report: Report) -> bool:
+def _platform(system: System, report: Report) -> int:
+    """How many NPU cores the device tree enables (0: none, nothing more to check)."""
     where = locate(system)
     board = board_name(system)
     if where is None:
@@ -127,7 +129,7 @@ def _platform(system: System, report: Report) -> bool:
                 fix=NO_NPU_FIX,
             )
         )
-        return False
+        return 0
     nodes = [
         path.rsplit("/", 1)[0]
         for path in system.glob("/sys/firmware/devicetree/base/*/compatible")
@@ -145,7 +147,7 @@ def _platform(system: System, report: Report) -> bool:
                 "trixie-backports linux-image-arm64",
             )
         )
-        return False
+        return 0
     disabled = [
         node.rsplit("/", 1)[-1]
         for node in nodes
@@ -158,12 +160,18 @@ def _platform(system: System, report: Report) -> bool:
                 "platform",
                 Status.FAIL,
                 f"NPU: device-tree nodes {', '.join(disabled)} are disabled",
-                "The board's device tree switches the NPU off.",
+                "The board's device tree switches "
+                + (
+                    "the NPU off."
+                    if len(disabled) == len(nodes)
+                    else f"those cores off; the other {len(nodes) - len(disabled)} are checked "
+                    "below."
+                ),
                 fix='enable them with a device-tree overlay that sets status = "okay" on '
                 f"{', '.join(disabled)} (armbian-config or /boot/dtb overlays), then reboot",
             )
         )
-        return False
+        return len(nodes) - len(disabled)
     report.add(
         Finding(
             "platform.npu",
@@ -172,7 +180,7 @@ def _platform(system: System, report: Report) -> bool:
             f"Platform: {board}, {where}, {len(nodes)} NPU core nodes enabled",
         )
     )
-    return True
+    return len(nodes)
 
 
 def _vendor(system: System, report: Report) -> bool:
@@ -239,7 +247,7 @@ def _kernel(system: System, report: Report) -> bool:
     return True
 
 
-def _cores(system: System, report: Report) -> bool:
+def _cores(system: System, report: Report, enabled: int = CORES) -> bool:
     result = system.run("dmesg")
     if result is None or not result.ok:
         report.add(
@@ -252,8 +260,8 @@ def _cores(system: System, report: Report) -> bool:
         )
         return True
     cores = sorted(set(re.findall(r"Rockchip NPU core (\d+) version", result.stdout)))
-    if len(cores) >= CORES:
-        report.add(Finding("cores.probed", "cores", Status.OK, f"{CORES} NPU cores probed"))
+    if len(cores) >= enabled:
+        report.add(Finding("cores.probed", "cores", Status.OK, f"{len(cores)} NPU core{"s" if len(cores) != 1 else ""} probed"))
         return True
     diagnosis = late_load.diagnose(system, result.stdout, system.kernel_release())
     report.add(
@@ -261,7 +269,7 @@ def _cores(system: System, report: Report) -> bool:
             "cores.probed",
             "cores",
             Status.FAIL,
-            f"NPU cores: {len(cores)} of {CORES} probed"
+            f"NPU cores: {len(cores)} of {enabled} probed"
             + (" (rocket loaded too late)" if diagnosis.late else ""),
             diagnosis.detail,
             fix=diagnosis.fix,
