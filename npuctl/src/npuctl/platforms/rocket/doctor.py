@@ -261,7 +261,14 @@ def _cores(system: System, report: Report, enabled: int = CORES) -> bool:
         return True
     cores = sorted(set(re.findall(r"Rockchip NPU core (\d+) version", result.stdout)))
     if len(cores) >= enabled:
-        report.add(Finding("cores.probed", "cores", Status.OK, f"{len(cores)} NPU core{"s" if len(cores) != 1 else ""} probed"))
+        report.add(
+            Finding(
+                "cores.probed",
+                "cores",
+                Status.OK,
+                f"{len(cores)} NPU core{'s' if len(cores) != 1 else ''} probed",
+            )
+        )
         return True
     diagnosis = late_load.diagnose(system, result.stdout, system.kernel_release())
     report.add(
