@@ -449,3 +449,199 @@ def pooled_classifier(path: Path, *, size: int = 224, classes: int = 1001, seed:
     )
     tensors, operators = [*front, *head], [*front_ops, _head_op(4)]
     return graph_model(path, tensors, operators, [0], [6], "npuctl test pooled classifier")
+
+
+# -- convolution stacks: what Teflon hands to the NPU ---------------------------------------
+Conv2DOptions = importlib.import_module("tflite.Conv2DOptions")
+DepthwiseConv2DOptions = importlib.import_module("tflite.DepthwiseConv2DOptions")
+RELU6 = 3  # ActivationFunctionType
+SAME = 0  # Padding
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """One convolution: ``depthwise`` 3x3 keeps the channels, otherwise ``kernel`` x
+    ``kernel`` to ``channels``."""
+
+    channels: int
+    kernel: int = 1
+    stride: int = 1
+    depthwise: bool = False
+
+
+def _conv_options(layer: ConvLayer, activation: int) -> tuple[int, Callable]:
+    kind = DepthwiseConv2DOptions if layer.depthwise else Conv2DOptions
+
+    def build(builder: flatbuffers.Builder) -> int:
+        kind.Start(builder)
+        kind.AddPadding(builder, SAME)
+        kind.AddStrideW(builder, layer.stride)
+        kind.AddStrideH(builder, layer.stride)
+        if layer.depthwise:
+            DepthwiseConv2DOptions.AddDepthMultiplier(builder, 1)
+        kind.AddFusedActivationFunction(builder, activation)
+        return kind.End(builder)
+
+    options = BuiltinOptions.BuiltinOptions
+    return (
+        options.DepthwiseConv2DOptions if layer.depthwise else options.Conv2DOptions,
+        build,
+    )
+
+
+def conv_stack(
+    path: Path,
+    layers: list[ConvLayer],
+    *,
+    size: int,
+    channels: int = 3,
+    signed: bool = False,
+    activation: int = RELU6,
+    seed: int = 3,
+    classes: int = 0,
+    description: str = "npuctl test convolution stack",
+) -> Path:
+    """Quantized convolutions one after another, each with a fused activation, as a
+    MobileNet's body is: uint8 (or int8 between QUANTIZE ops) with per-tensor scales chosen
+    so that a layer's output spreads over the activation's range instead of saturating."""
+    rng = np.random.default_rng(seed)
+    ops_enum = BuiltinOperator.BuiltinOperator
+    kind = TensorType.TensorType.INT8 if signed else TensorType.TensorType.UINT8
+    offset = -128 if signed else 0  # int8 stores uint8's values minus 128
+    activation_q = (6 / 255, offset)
+    tensors = [
+        TensorDef(
+            "input",
+            [1, size, size, channels],
+            TensorType.TensorType.UINT8,
+            quantization=(6 / 255, 0),
+        )
+    ]
+    operators: list[OpDef] = []
+    current = 0
+    if signed:
+        tensors.append(
+            TensorDef("input_int8", [1, size, size, channels], kind, quantization=activation_q)
+        )
+        operators.append(OpDef(ops_enum.QUANTIZE, [0], [1]))
+        current = 1
+    for number, layer in enumerate(layers):
+        out_channels = channels if layer.depthwise else layer.channels
+        kernel = 3 if layer.depthwise else layer.kernel
+        fan_in = kernel * kernel * (1 if layer.depthwise else channels)
+        # Inputs spread over [0, 6]; weights over +-64 steps: the sum's spread is about 3.
+        weight_scale = 3 / (np.sqrt(fan_in) * 3.46 * 37)
+        shape = (
+            [1, kernel, kernel, out_channels]
+            if layer.depthwise
+            else [out_channels, kernel, kernel, channels]
+        )
+        weights = (rng.integers(64, 193, shape) + offset).astype(np.int8 if signed else np.uint8)
+        # A bias of 2.0 keeps about two thirds of each layer's outputs above ReLU6's zero,
+        # so that 27 layers on, the activations still vary.
+        bias = np.full(out_channels, round(2.0 / (6 / 255 * weight_scale)), np.int32)
+        size = -(-size // layer.stride)
+        tensors += [
+            TensorDef(
+                f"weights_{number}", shape, kind, weights.tobytes(), (weight_scale, 128 + offset)
+            ),
+            TensorDef(
+                f"bias_{number}",
+                [out_channels],
+                TensorType.TensorType.INT32,
+                bias.tobytes(),
+                (6 / 255 * weight_scale, 0),
+            ),
+            TensorDef(
+                f"layer_{number}", [1, size, size, out_channels], kind, quantization=activation_q
+            ),
+        ]
+        code = ops_enum.DEPTHWISE_CONV_2D if layer.depthwise else ops_enum.CONV_2D
+        operators.append(
+            OpDef(
+                code,
+                [current, len(tensors) - 3, len(tensors) - 2],
+                [len(tensors) - 1],
+                _conv_options(layer, activation),
+            )
+        )
+        current, channels = len(tensors) - 1, out_channels
+    if classes:  # MobileNet's head: average over the picture, 1x1 convolution, flatten
+        uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
+        tensors.append(TensorDef("pooled", [1, 1, 1, channels], kind, quantization=activation_q))
+        operators.append(
+            OpDef(
+                ops_enum.AVERAGE_POOL_2D,
+                [current],
+                [len(tensors) - 1],
+                (BuiltinOptions.BuiltinOptions.Pool2DOptions, _pool(size)),
+            )
+        )
+        current = len(tensors) - 1
+        weight_scale = 3 / (np.sqrt(channels) * 3.46 * 37)
+        tensors += [
+            TensorDef(
+                "logits_weights",
+                [classes, 1, 1, channels],
+                uint8,
+                rng.integers(64, 193, (classes, 1, 1, channels)).astype(np.uint8).tobytes(),
+                (weight_scale, 128),
+            ),
+            TensorDef(
+                "logits_bias",
+                [classes],
+                int32,
+                np.zeros(classes, np.int32).tobytes(),
+                (6 / 255 * weight_scale, 0),
+            ),
+            TensorDef("logits", [1, 1, 1, classes], uint8, quantization=(0.1, 128)),
+            TensorDef("logits_shape", [2], int32, np.array([1, classes], np.int32).tobytes()),
+            TensorDef("scores", [1, classes], uint8, quantization=(0.1, 128)),
+        ]
+        operators += [
+            OpDef(
+                ops_enum.CONV_2D,
+                [current, len(tensors) - 5, len(tensors) - 4],
+                [len(tensors) - 3],
+                _conv_options(ConvLayer(classes), 0),
+            ),
+            OpDef(ops_enum.RESHAPE, [len(tensors) - 3, len(tensors) - 2], [len(tensors) - 1]),
+        ]
+        current = len(tensors) - 1
+    if signed:
+        tensors.append(
+            TensorDef(
+                "output",
+                [1, size, size, channels],
+                TensorType.TensorType.UINT8,
+                quantization=(6 / 255, 0),
+            )
+        )
+        operators.append(OpDef(ops_enum.QUANTIZE, [current], [len(tensors) - 1]))
+        current = len(tensors) - 1
+    return graph_model(path, tensors, operators, [0], [current], description)
+
+
+# MobileNetV1 1.0's body: a 3x3 convolution, then 13 depthwise-separable blocks (27 layers).
+MOBILENET_V1_BODY = [
+    ConvLayer(32, kernel=3, stride=2),
+    *(
+        layer
+        for channels, stride in (
+            (64, 1),
+            (128, 2),
+            (128, 1),
+            (256, 2),
+            (256, 1),
+            (512, 2),
+            (512, 1),
+            (512, 1),
+            (512, 1),
+            (512, 1),
+            (512, 1),
+            (1024, 2),
+            (1024, 1),
+        )
+        for layer in (ConvLayer(0, stride=stride, depthwise=True), ConvLayer(channels))
+    ),
+]
