@@ -22,7 +22,7 @@ PACKAGE ?= aipu-dkms
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
-	check-images lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables docs-tables clean
+	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables docs-tables clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
@@ -143,6 +143,16 @@ image: $(DEPS_STAMP)
 ## check-images: the container image tests in full, arm64 under emulation included (root)
 check-images: $(DEPS_STAMP)
 	NPUCTL_IMAGE_TESTS=full $(PY) -m pytest $(PYTEST) tests/test_container_images.py
+
+## check-rocket-emu: the RK3588 board in QEMU with its NPU model (emulation/rk3588.yaml):
+## QEMU and the board's root file system (rocket-dkms built by DKMS, Teflon, npuctl) are built
+## and cached, then one boot runs doctor, golden checks and serve (root; the first run needs
+## EMULATOR_GIT=<clone of widgetii/orangepi5plus-npu>)
+EMULATOR_GIT ?=
+check-rocket-emu: deb
+	$(PY) -m rocket_emu prepare --dist $(DIST) --work $(BUILD)/rocket-emu \
+		$(if $(EMULATOR_GIT),--emulator-git $(EMULATOR_GIT))
+	NPUCTL_ROCKET_EMU=full $(PY) -m pytest $(PYTEST) -s tests/test_rocket_emulator.py
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants
 k8s: $(DEPS_STAMP)

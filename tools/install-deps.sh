@@ -23,6 +23,7 @@ packages=(
 	curl valgrind                              # a real client of npuctl serve; instruction counts in make bench
 	gcc                                        # the libnoe test double
 	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio kmod  # kernel boots
+	libglib2.0-dev libfdt-dev libpixman-1-dev libslirp-dev ninja-build pkg-config  # QEMU with the RK3588 machine
 )
 
 missing=()

@@ -1,0 +1,72 @@
+"""python -m rocket_emu prepare --dist DIST --work WORK [--emulator-git PATH]: build (or find
+cached) QEMU with the Orange Pi 5 Plus machine and the board's root file system.
+python -m rocket_emu cached --dist DIST: exit 0 when both are cached, else say what is not.
+
+Exit codes: 0 ready, 2 usage, 3 a pinned input missing or not matching, 4 a build failed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import guest_root, qemu_build, sources
+from .errors import EmulationError
+from .pins import load
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rocket_emu")
+    commands = parser.add_subparsers(dest="command", required=True)
+    prepare = commands.add_parser("prepare", help="build QEMU and the guest (cached)")
+    prepare.add_argument("--dist", type=Path, required=True)
+    prepare.add_argument("--work", type=Path, required=True)
+    prepare.add_argument("--emulator-git", type=Path, default=None)
+    cached = commands.add_parser("cached", help="exit 0 when a run needs no build")
+    cached.add_argument("--dist", type=Path, required=True)
+    args = parser.parse_args(argv)
+    pins = load()
+    try:
+        if args.command == "cached":
+            reason = missing_from_cache(args.dist)
+            print(reason or "cached: QEMU and the guest root file system")
+            return 0 if reason is None else 1
+        times = {}
+        started = time.monotonic()
+        emulator = sources.emulator_files(pins, args.emulator_git)
+        qemu = qemu_build.build(pins, emulator, args.work)
+        times["qemu_seconds"] = round(time.monotonic() - started, 1)
+        print(f"QEMU: {qemu} ({times['qemu_seconds']} s)")
+        started = time.monotonic()
+        guest = guest_root.build(pins, emulator, args.dist, args.work)
+        times["guest_seconds"] = round(time.monotonic() - started, 1)
+        print(f"guest: {guest.folder} ({times['guest_seconds']} s)")
+        args.work.mkdir(parents=True, exist_ok=True)
+        (args.work / "prepare-times.json").write_text(json.dumps(times) + "\n")
+    except EmulationError as error:
+        print(f"rocket-emu: {error}", file=sys.stderr)
+        return int(error.code)
+    return 0
+
+
+def missing_from_cache(dist: Path) -> str | None:
+    """None when QEMU, the emulator's files and this dist's guest are all cached; else why not."""
+    pins = load()
+    emulator = sources.cache() / f"emulator-{pins.emulator['tree_id']}"
+    if not emulator.is_dir():
+        return "the emulator's sources are not cached: run 'make check-rocket-emu' once"
+    if not qemu_build.cached_binary(pins, emulator).is_file():
+        return "QEMU with the Orange Pi 5 Plus machine is not built: run 'make check-rocket-emu'"
+    try:
+        key = guest_root.cache_key(pins, dist)
+    except EmulationError as error:
+        return str(error)
+    if not guest_root.GuestRoot(sources.cache() / f"guest-{key}").initrd.is_file():
+        return "no guest root file system for these .debs is cached: run 'make check-rocket-emu'"
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Boot the emulated board once: the cached root file system plus the host's cases as a
+second initramfs archive, user-mode networking with npuctl serve's port forwarded to the
+host, the console kept in a log. While the guest serves, the host's requests run
+(``while_serving``); a line on the console then lets the guest finish."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import EmulationError, Stage
+from .guest_root import GuestRoot
+from .pins import Pins
+
+READY = "LAB: serve ready"
+RESULT = "LAB-RESULT "
+
+
+@dataclass
+class Run:
+    console: str
+    seconds: float
+    served: Any = None  # what while_serving returned
+    serve_error: str = ""
+    results: list[tuple[str, dict]] = field(default_factory=list)
+
+    def first(self, kind: str) -> dict | None:
+        return next((document for name, document in self.results if name == kind), None)
+
+    def all(self, kind: str) -> list[dict]:
+        return [document for name, document in self.results if name == kind]
+
+    @property
+    def dmesg(self) -> str:
+        start, end = self.console.find("LAB: dmesg begin"), self.console.find("LAB: dmesg end")
+        return self.console[start:end] if 0 <= start < end else ""
+
+
+def cases_archive(cases: Path, target: Path) -> Path:
+    """/lab/cases of the guest: the models and cases.json the host wrote."""
+    with tempfile.TemporaryDirectory() as scratch:
+        inside = Path(scratch) / "lab" / "cases"
+        shutil.copytree(cases, inside)
+        subprocess.run(
+            f"cd '{scratch}' && find lab/cases | LC_ALL=C sort | "
+            f"cpio -o -H newc --quiet > '{target}'",
+            shell=True,
+            check=True,
+        )
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, port: int) -> list[str]:
+    machine = pins.machine
+    return [
+        str(qemu),
+        "-M", machine["name"],
+        "-m", str(machine["memory_mb"]),
+        "-smp", "2",
+        *machine["options"],
+        "-nographic",
+        "-no-reboot",
+        "-kernel", str(guest.kernel),
+        "-initrd", str(initrd),
+        "-append", f"{machine['append']} rdinit=/lab/init",
+        "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{port}-:{machine['serve_port']}",
+        "-device", "virtio-net-device,netdev=net0",
+    ]  # fmt: skip
+
+
+def boot(
+    pins: Pins,
+    qemu: Path,
+    guest: GuestRoot,
+    cases: Path,
+    work: Path,
+    while_serving: Callable[[int], Any],
+    timeout: float = 1800,
+) -> Run:
+    work.mkdir(parents=True, exist_ok=True)
+    initrd = work / "initrd.cpio"
+    archive = cases_archive(cases, work / "cases.cpio")
+    with initrd.open("wb") as out:
+        for part in (guest.initrd, archive):
+            with part.open("rb") as source:
+                shutil.copyfileobj(source, out, 1 << 20)
+    port = free_port()
+    log = work / "console.log"
+    lines: list[str] = []
+    ready = threading.Event()
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command(pins, qemu, guest, initrd, port),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+
+    def read() -> None:
+        assert process.stdout is not None
+        with log.open("w", encoding="utf-8") as kept:
+            for line in process.stdout:
+                kept.write(line)
+                kept.flush()
+                lines.append(line)
+                if line.startswith(READY):
+                    ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    run = Run("", 0.0)
+    deadline = started + timeout
+    while process.poll() is None and not ready.is_set() and time.monotonic() < deadline:
+        ready.wait(1)
+    if ready.is_set():
+        try:
+            run.served = while_serving(port)
+        except Exception as error:  # the guest must finish either way; the test says why
+            run.serve_error = f"{type(error).__name__}: {error}"
+        assert process.stdin is not None
+        process.stdin.write("done\n")
+        process.stdin.flush()
+    try:
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        lines.append("LAB: timeout\n")
+    reader.join(timeout=30)
+    run.console = "".join(lines)
+    run.seconds = round(time.monotonic() - started, 1)
+    for line in run.console.splitlines():
+        line = line.strip()
+        if line.startswith(RESULT):
+            kind, _, text = line[len(RESULT) :].partition(" ")
+            try:
+                run.results.append((kind, json.loads(text)))
+            except ValueError:
+                continue
+    if "LAB: booted" not in run.console:
+        raise EmulationError(Stage.BOOT, f"the kernel did not start /lab/init (console: {log})")
+    return run

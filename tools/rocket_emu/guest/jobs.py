@@ -1,0 +1,113 @@
+"""Runs inside the emulated board, after init: npuctl doctor, npuctl's golden check on each
+case the host sent (/lab/cases/cases.json), and npuctl serve for the host's requests. Every
+result is one console line "LAB-RESULT <kind> <json>"; the host reads them."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+CASES = Path("/lab/cases")
+MODELS = CASES / "models"
+TEFLON = "/usr/lib/teflon/libteflon.so"
+PORT = 8000
+CHILD_SECONDS = 900
+ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_TIMEOUT": "900"}
+# The execution plan after Teflon took what it runs: which ops are left to the CPU.
+PLAN = """
+import sys
+from pathlib import Path
+from npuctl.platforms.rocket.litert import interpreter
+loaded = interpreter(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+print([op["op_name"] for op in loaded._get_ops_details()])
+"""
+
+
+def result(kind: str, document: object) -> None:
+    print(f"LAB-RESULT {kind} {json.dumps(document, separators=(',', ':'))}", flush=True)
+
+
+def child(command: list[str]) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=ENVIRONMENT, timeout=CHILD_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        return -1, "", f"timed out after {CHILD_SECONDS} s", time.monotonic() - started
+    return done.returncode, done.stdout, done.stderr, round(time.monotonic() - started, 1)
+
+
+def last_json(text: str) -> object:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+def doctor() -> None:
+    code, out, err, seconds = child(["npuctl", "doctor", "--json"])
+    result(
+        "doctor", {"exit": code, "report": last_json(out), "stderr": err[-800:], "seconds": seconds}
+    )
+
+
+def cases() -> None:
+    listed = json.loads((CASES / "cases.json").read_text())
+    for case in listed:
+        model = str(CASES / case["file"])
+        code, out, err, _ = child([sys.executable, "-c", PLAN, model, TEFLON])
+        plan = last_json(out.replace("'", '"')) if code == 0 else None
+        cpu_code, cpu_out, _, _ = child([sys.executable, "-c", PLAN, model])
+        cpu_plan = last_json(cpu_out.replace("'", '"')) if cpu_code == 0 else None
+        golden_code, golden_out, golden_err, golden_seconds = child(
+            [sys.executable, "-m", "npuctl.platforms.rocket.probe", "golden", model, TEFLON]
+        )
+        result(
+            "case",
+            {
+                "name": case["name"],
+                "plan": plan,
+                "cpu_plan": cpu_plan,
+                "plan_error": err[-400:] if code else "",
+                "golden": last_json(golden_out),
+                "golden_exit": golden_code,
+                "golden_stderr": golden_err[-400:],
+                "seconds": golden_seconds,
+            },
+        )
+
+
+def serve() -> None:
+    command = ["npuctl", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--models", "mobilenet"]
+    server = subprocess.Popen(command, env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + CHILD_SECONDS
+    ready = False
+    while time.monotonic() < deadline and server.poll() is None and not ready:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/ready", timeout=30) as answer:
+                ready = answer.status == 200
+        except (urllib.error.URLError, OSError):
+            time.sleep(1)
+    if ready:
+        print("LAB: serve ready", flush=True)
+        sys.stdin.readline()  # the host writes a line when its requests are done
+    server.terminate()
+    try:
+        _, stderr = server.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        _, stderr = server.communicate()
+    result("serve", {"ready": ready, "exit": server.returncode, "stderr": stderr[-1500:]})
+
+
+if __name__ == "__main__":
+    doctor()
+    cases()
+    serve()

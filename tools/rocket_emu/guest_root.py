@@ -1,0 +1,221 @@
+"""The emulated board's root file system, booted as its initramfs: Debian trixie for arm64
+made by mmdebstrap, with the pinned backports kernel (Image, modules, headers), this
+project's .debs installed by apt (rocket-dkms's postinst has DKMS build rocket.ko for that
+kernel with trixie's gcc-14, under qemu-user, as on a board), Debian's Teflon, the pinned
+ai-edge-litert wheels, and the emulator's IOMMU helper module built against the same
+headers. Cached by every input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from oci_image import definition as image_definition
+from oci_image import rootfs
+from oci_image.errors import ImageError
+from pipeline.errors import BuildError
+from pipeline.patching import patched_copy
+
+from . import sources
+from .errors import EmulationError, ExitCode, Stage
+from .pins import Pins, digest
+
+GUEST_FILES = Path(__file__).resolve().parent / "guest"
+ARM64_IMAGE_MAGIC = b"ARMd"  # at offset 0x38 of an arm64 Image
+IMAGE_WITH_WHEELS = "npuctl-rocket"  # the container image whose pinned wheels the board gets
+
+
+@dataclass(frozen=True)
+class GuestRoot:
+    folder: Path
+
+    @property
+    def kernel(self) -> Path:
+        return self.folder / "Image"
+
+    @property
+    def initrd(self) -> Path:
+        return self.folder / "root.cpio"
+
+    @property
+    def facts(self) -> dict:
+        return json.loads((self.folder / "facts.json").read_text(encoding="utf-8"))
+
+
+def local_debs(pins: Pins, dist: Path) -> list[Path]:
+    found = []
+    for name in pins.guest["debs"]:
+        debs = sorted(dist.glob(f"{name}_*_all.deb"))
+        if not debs:
+            raise EmulationError(
+                Stage.INPUTS, f"no {name} .deb in {dist}: run 'make deb' first", ExitCode.INPUT
+            )
+        found.append(debs[-1].resolve())
+    return found
+
+
+def cache_key(pins: Pins, dist: Path) -> str:
+    wheels = image_definition.load(IMAGE_WITH_WHEELS).wheels
+    return digest(
+        pins.guest,
+        pins.emulator,
+        pins.patches("helper"),
+        GUEST_FILES,
+        *local_debs(pins, dist),
+        wheels.requirements if wheels else "",
+    )
+
+
+def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
+    debs = local_debs(pins, dist)
+    wheels = image_definition.load(IMAGE_WITH_WHEELS)
+    guest = GuestRoot(sources.cache() / f"guest-{cache_key(pins, dist)}")
+    if guest.initrd.is_file():
+        return guest
+    for tool, package in (("mmdebstrap", "mmdebstrap"), ("cpio", "cpio"), ("quilt", "quilt")):
+        try:
+            rootfs.tool(tool, package)
+        except ImageError as error:
+            raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
+    try:
+        rootfs.check_emulation("arm64")
+    except ImageError as error:
+        raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
+    work.mkdir(parents=True, exist_ok=True)
+    helper = work / "qemu-iommu-helper"
+    folder = emulator / pins.emulator["folder"]
+    staged = work / "helper-upstream"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    for name in pins.emulator["guest_helper"]["files"]:
+        shutil.copyfile(folder / name, staged / name)
+    try:
+        patched_copy(staged, helper, pins.patches("helper"))
+    except BuildError as error:
+        raise EmulationError(Stage.DKMS_BUILD, str(error)) from None
+    root = work / "root"
+    if root.exists():
+        shutil.rmtree(root)
+    log = work / "guest-root.log"
+    _mmdebstrap(pins, debs, helper, root, log)
+    _check_dkms(pins, root, log)
+    try:
+        rootfs.install_wheels(wheels, "arm64", root, log)
+    except ImageError as error:
+        raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
+    partial = guest.folder.with_name(guest.folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    _take_kernel(pins, root, partial / "Image")
+    shutil.copytree(GUEST_FILES, root / "lab")
+    facts = {
+        "release": pins.release,
+        "rocket_dkms": debs[0].name,
+        "teflon": pins.guest["teflon"]["version"],
+    }
+    (partial / "facts.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+    subprocess.run(
+        f"cd '{root}' && find . | LC_ALL=C sort | cpio -o -H newc --quiet > '{partial}/root.cpio'",
+        shell=True,
+        check=True,
+    )
+    shutil.rmtree(root)
+    shutil.rmtree(guest.folder, ignore_errors=True)
+    partial.replace(guest.folder)
+    return guest
+
+
+def _mmdebstrap(pins: Pins, debs: list[Path], helper: Path, root: Path, log: Path) -> None:
+    guest, release = pins.guest, pins.release
+    kernel_version = guest["kernel"]["version"]
+    teflon = guest["teflon"]
+    packages = [
+        *(
+            f"{name}-{release}={kernel_version}"
+            for name in ("linux-binary", "linux-modules", "linux-headers")
+        ),
+        f"{teflon['package']}={teflon['version']}",
+        *guest["packages"],
+    ]
+    module = pins.emulator["guest_helper"]["module"]
+    build = (
+        f'chroot "$1" make -C /lib/modules/{release}/build M=/usr/src/{module} modules && '
+        f'install -D -m 0644 "$1/usr/src/{module}/{module}.ko" '
+        f'"$1/lib/modules/{release}/updates/{module}.ko" && chroot "$1" depmod {release}'
+    )
+    command = [
+        "mmdebstrap",
+        "--mode=auto",
+        "--variant=essential",
+        "--arch=arm64",
+        "--format=directory",
+        *(f"--dpkgopt={option}" for option in rootfs.DPKG_OPTIONS),
+        f"--include={','.join(packages)}",
+        *(f"--include={deb}" for deb in debs),
+        f"--hook-dir={rootfs.FILE_MIRROR_HOOK}",
+        '--aptopt=Acquire::Retries "3"',
+        f"--customize-hook=copy-in {helper} /usr/src",
+        f'--customize-hook=mv "$1/usr/src/{helper.name}" "$1/usr/src/{module}"',
+        f"--customize-hook={build}",
+        guest["suite"],
+        str(root),
+        *(f"deb {rootfs.mirror()} {suite} main" for suite in (guest["suite"], guest["backports"])),
+    ]
+    with log.open("w", encoding="utf-8") as output:
+        result = subprocess.run(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env={**os.environ, "LC_ALL": "C.UTF-8"},
+        )
+    if result.returncode != 0:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        stage = (
+            Stage.KERNEL_FETCH
+            if f"linux-binary-{release}" in text
+            and "E: " in text
+            and ("has no installation candidate" in text or "not found" in text)
+            else Stage.DKMS_BUILD
+        )
+        errors = [line for line in text.splitlines() if line.startswith("E: ")]
+        raise EmulationError(
+            stage, f"mmdebstrap failed: {(errors or ['see the log'])[0]} (log: {log})"
+        )
+
+
+def _check_dkms(pins: Pins, root: Path, log: Path) -> None:
+    """DKMS built and installed rocket.ko for the pinned kernel while apt installed it."""
+    release = pins.release
+    installed = list((root / f"lib/modules/{release}/updates/dkms").glob("rocket.ko*"))
+    if installed:
+        return
+    logs = sorted(root.glob(f"var/lib/dkms/rocket/*/{release}/*/log/make.log")) + sorted(
+        root.glob("var/lib/dkms/rocket/*/build/make.log")
+    )
+    first = next(
+        (
+            line.strip()
+            for path in logs
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+            if " error" in line or "Error " in line
+        ),
+        f"no rocket.ko for {release} (log: {log})",
+    )
+    raise EmulationError(Stage.DKMS_BUILD, first)
+
+
+def _take_kernel(pins: Pins, root: Path, target: Path) -> None:
+    """linux-binary's uncompressed Image, out of the root file system (the boot loader's)."""
+    image = root / f"usr/lib/modules/{pins.release}/vmlinuz"
+    if not image.is_file():
+        raise EmulationError(Stage.KERNEL_FETCH, f"linux-binary-{pins.release} has no {image.name}")
+    with image.open("rb") as stream:
+        header = stream.read(0x40)
+    if header[0x38:0x3C] != ARM64_IMAGE_MAGIC:
+        raise EmulationError(Stage.KERNEL_FETCH, f"{image} is not an arm64 Image")
+    shutil.move(image, target)

@@ -1,0 +1,133 @@
+"""The pinned sources: Debian's QEMU source package (its .dsc by sha256, the tarballs by the
+.dsc's checksums, which dpkg-source checks) and the emulator's files from a local mirror or
+clone of its repository, at the pinned commit whose folder must have the pinned tree id."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from oci_image.rootfs import mirror
+from pipeline.fetch import cache_root
+
+from .errors import EmulationError, ExitCode, Stage
+from .pins import Pins
+
+
+def cache() -> Path:
+    folder = cache_root() / "rocket-emu"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _download(url: str, target: Path) -> None:
+    partial = target.with_name(target.name + ".partial")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
+            shutil.copyfileobj(response, out)
+    except (urllib.error.URLError, OSError) as error:
+        partial.unlink(missing_ok=True)
+        raise EmulationError(
+            Stage.INPUTS,
+            f"cannot download {url}: {error} (is Debian's archive reachable?)",
+            ExitCode.INPUT,
+        ) from None
+    partial.replace(target)
+
+
+def qemu_source(pins: Pins, work: Path) -> Path:
+    """Debian's QEMU source, unpacked (Debian's patches applied) into ``work``."""
+    qemu = pins.qemu
+    folder = cache() / "qemu-source"
+    folder.mkdir(exist_ok=True)
+    dsc = folder / qemu["dsc"]
+    base = f"{mirror()}/{qemu['pool']}"
+    if not dsc.exists():
+        _download(f"{base}/{qemu['dsc']}", dsc)
+    found = hashlib.sha256(dsc.read_bytes()).hexdigest()
+    if found != qemu["dsc_sha256"]:
+        dsc.unlink()
+        raise EmulationError(
+            Stage.INPUTS,
+            f"{qemu['dsc']} has sha256 {found}, not the pinned {qemu['dsc_sha256']}",
+            ExitCode.INPUT,
+        )
+    files = [
+        line.split()[2]
+        for line in dsc.read_text(encoding="utf-8").split("Checksums-Sha256:")[1].splitlines()
+        if line.startswith(" ") and len(line.split()) == 3
+    ]
+    for name in files:
+        if not (folder / name).exists():
+            _download(f"{base}/{name}", folder / name)
+    tree = work / "qemu-src"
+    shutil.rmtree(tree, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        ["dpkg-source", "--require-strong-checksums", "-x", str(dsc), str(tree)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise EmulationError(
+            Stage.INPUTS,
+            f"dpkg-source could not unpack {qemu['dsc']}: {result.stderr.strip()[-200:]}",
+            ExitCode.INPUT,
+        )
+    shutil.rmtree(tree / ".pc", ignore_errors=True)  # Debian's series stays applied
+    return tree
+
+
+def _git(repository: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["git", "--git-dir", str(repository), *args], capture_output=True, check=False
+    )
+
+
+def git_dir(path: Path) -> Path:
+    return path / ".git" if (path / ".git").exists() else path
+
+
+def emulator_files(pins: Pins, repository: Path | None) -> Path:
+    """The emulator's folder at the pinned commit, cached by its tree id."""
+    emulator = pins.emulator
+    target = cache() / f"emulator-{emulator['tree_id']}"
+    if target.is_dir():
+        return target
+    if repository is None:
+        raise EmulationError(
+            Stage.INPUTS,
+            f"the emulator's sources are not cached: give a clone of {emulator['repository']} "
+            "as EMULATOR_GIT",
+            ExitCode.INPUT,
+        )
+    git = git_dir(repository)
+    spec = f"{emulator['commit']}:{emulator['folder']}"
+    tree = _git(git, "rev-parse", spec)
+    if tree.returncode != 0:
+        raise EmulationError(
+            Stage.INPUTS, f"{repository} has no commit {emulator['commit']}", ExitCode.INPUT
+        )
+    if tree.stdout.decode().strip() != emulator["tree_id"]:
+        raise EmulationError(
+            Stage.INPUTS,
+            f"{spec} in {repository} is tree {tree.stdout.decode().strip()}, not the pinned "
+            f"{emulator['tree_id']}",
+            ExitCode.INPUT,
+        )
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    archive = subprocess.run(
+        ["git", "--git-dir", str(git), "archive", "--format=tar", spec],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(partial)], input=archive.stdout, check=True)
+    partial.replace(target)
+    return target
