@@ -165,7 +165,7 @@ k8s: $(DEPS_STAMP)
 lint: $(DEPS_STAMP)
 	$(VENV)/bin/ruff check --config tools/pyproject.toml tools tests npuctl
 	$(VENV)/bin/ruff format --config tools/pyproject.toml --check tools tests npuctl
-	shellcheck tools/*.sh .ci/run
+	shellcheck tools/*.sh .ci/run tools/rocket_emu/guest/init
 
 clean:
 	rm -rf $(BUILD) $(DIST)

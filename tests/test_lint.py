@@ -14,6 +14,7 @@ SHELL_SCRIPTS = [
     *sorted((ROOT / "tools").glob("*.sh")),
     ROOT / ".ci" / "run",
     ROOT / "provision/rocket-dkms/initramfs/rocket-dkms",  # an initramfs-tools hook
+    ROOT / "tools/rocket_emu/guest/init",  # the emulated board's first process
 ]
 
 RUFF_CONFIG = ("--config", "tools/pyproject.toml")  # the whole tree's ruff settings

@@ -87,7 +87,25 @@ def emulated(tmp_path_factory) -> board.Run:
 
     run = board.boot(PINS, qemu, guest, cases, WORK, classify)
     print(f"\nemulated board: one boot {run.seconds} s; console: {WORK / 'console.log'}")
+    _report(run)
     return run
+
+
+def _report(run: board.Run) -> None:
+    """dist/rocket-emu.json: the times and each case's verdict, for reading and comparing."""
+    prepared = WORK / "prepare-times.json"
+    report = {
+        "kernel": PINS.release,
+        "prepare": json.loads(prepared.read_text()) if prepared.exists() else None,
+        "boot_seconds": run.seconds,
+        "cases": {
+            case["name"]: {"golden": case["golden"], "seconds": case["seconds"]}
+            for case in run.all("case")
+        },
+    }
+    partial = DIST / "rocket-emu.json.partial"
+    partial.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    partial.replace(DIST / "rocket-emu.json")
 
 
 def _finding(run: board.Run, finding_id: str) -> dict:
@@ -186,3 +204,20 @@ def test_npuctl_serve_classifies_over_the_forwarded_port(emulated):
     body = json.loads(answer["body"])
     assert body["success"] is True and len(body["predictions"]) == 3, body
     assert body["predictions"][0]["label"].startswith("class ")
+
+
+@pytest.mark.parametrize(
+    "patch",
+    sorted(
+        path
+        for folder in (PINS.patches("qemu"), PINS.patches("helper"))
+        for path in folder.glob("*.patch")
+    ),
+    ids=lambda path: path.name,
+)
+def test_the_emulators_patches_have_dep3_headers(patch):
+    header = patch.read_text(encoding="utf-8").split("\n---", 1)[0]
+    for field in ("Description", "Author", "Origin", "Forwarded", "Last-Update"):
+        assert re.search(rf"(?m)^{field}: \S", header), f"{patch.name} has no {field}"
+    listed = (patch.parent / "series").read_text(encoding="utf-8").split()
+    assert patch.name in listed
