@@ -87,12 +87,11 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
         raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
     work.mkdir(parents=True, exist_ok=True)
     helper = work / "qemu-iommu-helper"
-    folder = emulator / pins.emulator["folder"]
     staged = work / "helper-upstream"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir()
     for name in pins.emulator["guest_helper"]["files"]:
-        shutil.copyfile(folder / name, staged / name)
+        shutil.copyfile(emulator / name, staged / name)
     try:
         patched_copy(staged, helper, pins.patches("helper"))
     except BuildError as error:

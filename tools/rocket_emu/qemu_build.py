@@ -54,14 +54,9 @@ def build(pins: Pins, emulator: Path, work: Path, jobs: int = os.cpu_count() or 
     work.mkdir(parents=True, exist_ok=True)
     log.write_text("", encoding="utf-8")
     tree = sources.qemu_source(pins, work)
-    folder = (
-        emulator / pins.emulator["folder"]
-        if (emulator / pins.emulator["folder"]).is_dir()
-        else emulator
-    )
     for source, targets in pins.emulator["qemu_files"].items():
         for target in targets:
-            shutil.copyfile(folder / source, tree / target)
+            shutil.copyfile(emulator / source, tree / target)
     try:
         apply_series(tree, pins.patches("qemu"))
     except BuildError as error:

@@ -94,7 +94,8 @@ def git_dir(path: Path) -> Path:
 
 
 def emulator_files(pins: Pins, repository: Path | None) -> Path:
-    """The emulator's folder at the pinned commit, cached by its tree id."""
+    """The files of the emulator's folder at the pinned commit (its contents at the top),
+    cached by its tree id."""
     emulator = pins.emulator
     target = cache() / f"emulator-{emulator['tree_id']}"
     if target.is_dir():
