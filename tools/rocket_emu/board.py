@@ -42,17 +42,20 @@ class Run:
     @property
     def dmesg(self) -> str:
         start, end = self.console.find("LAB: dmesg begin"), self.console.find("LAB: dmesg end")
-        return self.console[start:end] if 0 <= start < end else ""
+        return self.console[start : end if end > start else None] if start >= 0 else ""
 
 
-def cases_archive(cases: Path, target: Path) -> Path:
-    """/lab/cases of the guest: the models and cases.json the host wrote."""
+GUEST_FILES = Path(__file__).resolve().parent / "guest"
+
+
+def lab_archive(cases: Path, target: Path) -> Path:
+    """/lab of the guest, beside the cached root file system: its init and jobs, and the
+    models and cases.json the host wrote (/lab/cases)."""
     with tempfile.TemporaryDirectory() as scratch:
-        inside = Path(scratch) / "lab" / "cases"
-        shutil.copytree(cases, inside)
+        shutil.copytree(GUEST_FILES, Path(scratch) / "lab")
+        shutil.copytree(cases, Path(scratch) / "lab" / "cases")
         subprocess.run(
-            f"cd '{scratch}' && find lab/cases | LC_ALL=C sort | "
-            f"cpio -o -H newc --quiet > '{target}'",
+            f"cd '{scratch}' && find lab | LC_ALL=C sort | cpio -o -H newc --quiet > '{target}'",
             shell=True,
             check=True,
         )
@@ -71,7 +74,6 @@ def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, port: int) -
         str(qemu),
         "-M", machine["name"],
         "-m", str(machine["memory_mb"]),
-        "-smp", "2",
         *machine["options"],
         "-nographic",
         "-no-reboot",
@@ -94,7 +96,7 @@ def boot(
 ) -> Run:
     work.mkdir(parents=True, exist_ok=True)
     initrd = work / "initrd.cpio"
-    archive = cases_archive(cases, work / "cases.cpio")
+    archive = lab_archive(cases, work / "lab.cpio")
     with initrd.open("wb") as out:
         for part in (guest.initrd, archive):
             with part.open("rb") as source:

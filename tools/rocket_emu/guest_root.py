@@ -24,7 +24,6 @@ from . import sources
 from .errors import EmulationError, ExitCode, Stage
 from .pins import Pins, digest
 
-GUEST_FILES = Path(__file__).resolve().parent / "guest"
 ARM64_IMAGE_MAGIC = b"ARMd"  # at offset 0x38 of an arm64 Image
 IMAGE_WITH_WHEELS = "npuctl-rocket"  # the container image whose pinned wheels the board gets
 
@@ -64,7 +63,6 @@ def cache_key(pins: Pins, dist: Path) -> str:
         pins.guest,
         pins.emulator,
         pins.patches("helper"),
-        GUEST_FILES,
         *local_debs(pins, dist),
         wheels.requirements if wheels else "",
     )
@@ -110,7 +108,6 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     _take_kernel(pins, root, partial / "Image")
-    shutil.copytree(GUEST_FILES, root / "lab")
     facts = {
         "release": pins.release,
         "rocket_dkms": debs[0].name,

@@ -18,11 +18,21 @@ PORT = 8000
 CHILD_SECONDS = 900
 ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_TIMEOUT": "900"}
 # The execution plan after Teflon took what it runs: which ops are left to the CPU.
+# The graph's nodes once the interpreter is ready: a delegate that took ops adds a DELEGATE
+# node. The CPU reference runs without TFLite's default (XNNPACK) delegate.
 PLAN = """
 import sys
-from pathlib import Path
-from npuctl.platforms.rocket.litert import interpreter
-loaded = interpreter(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+from npuctl.platforms.rocket.litert import load_module
+litert = load_module()
+options = {"model_path": sys.argv[1]}
+if len(sys.argv) > 2:
+    options["experimental_delegates"] = [litert.load_delegate(sys.argv[2])]
+else:
+    options["experimental_op_resolver_type"] = (
+        litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    )
+loaded = litert.Interpreter(**options)
+loaded.allocate_tensors()
 print([op["op_name"] for op in loaded._get_ops_details()])
 """
 
@@ -53,9 +63,11 @@ def last_json(text: str) -> object:
 
 def doctor() -> None:
     code, out, err, seconds = child(["npuctl", "doctor", "--json"])
-    result(
-        "doctor", {"exit": code, "report": last_json(out), "stderr": err[-800:], "seconds": seconds}
-    )
+    try:
+        report = json.loads(out)
+    except ValueError:
+        report = None
+    result("doctor", {"exit": code, "report": report, "stderr": err[-800:], "seconds": seconds})
 
 
 def cases() -> None:
@@ -75,7 +87,7 @@ def cases() -> None:
                 "name": case["name"],
                 "plan": plan,
                 "cpu_plan": cpu_plan,
-                "plan_error": err[-400:] if code else "",
+                "plan_stderr": err[-600:],
                 "golden": last_json(golden_out),
                 "golden_exit": golden_code,
                 "golden_stderr": golden_err[-400:],
@@ -107,7 +119,25 @@ def serve() -> None:
     result("serve", {"ready": ready, "exit": server.returncode, "stderr": stderr[-1500:]})
 
 
-if __name__ == "__main__":
+def mounts() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for source, target, kind in (
+        ("proc", "/proc", "proc"),
+        ("sysfs", "/sys", "sysfs"),
+        ("devtmpfs", "/dev", "devtmpfs"),
+        ("tmpfs", "/run", "tmpfs"),
+        ("tmpfs", "/tmp", "tmpfs"),
+    ):
+        Path(target).mkdir(exist_ok=True)
+        if libc.mount(source.encode(), target.encode(), kind.encode(), 0, None) != 0:
+            print(f"LAB: mount {target}: {os.strerror(ctypes.get_errno())}", flush=True)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["mounts"]:
+    mounts()
+elif __name__ == "__main__":
     doctor()
     cases()
     serve()
