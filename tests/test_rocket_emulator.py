@@ -25,6 +25,7 @@ from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 
 from .npuctl.tflite_models import MOBILENET_V1_BODY, ConvLayer, conv_stack
+from .test_patches import DEP3_FIELDS
 
 REPO = Path(__file__).resolve().parents[1]
 DIST = REPO / "dist"
@@ -222,7 +223,7 @@ def test_npuctl_serve_classifies_over_the_forwarded_port(emulated):
 )
 def test_the_emulators_patches_have_dep3_headers(patch):
     header = patch.read_text(encoding="utf-8").split("\n---", 1)[0]
-    for field in ("Description", "Author", "Origin", "Forwarded", "Last-Update"):
+    for field in DEP3_FIELDS:
         assert re.search(rf"(?m)^{field}: \S", header), f"{patch.name} has no {field}"
     listed = (patch.parent / "series").read_text(encoding="utf-8").split()
     assert patch.name in listed

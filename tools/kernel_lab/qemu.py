@@ -149,13 +149,13 @@ def kernel_image(chroot: Chroot, release: str) -> Path:
                 capture_output=True,
             )
             image = Path(scratch) / member
-            if unpacked.returncode == 0 and _is_arm64_image(image):
+            if unpacked.returncode == 0 and is_arm64_image(image):
                 shutil.copyfile(image, target)
                 return target
     raise FileNotFoundError(f"no uncompressed arm64 Image for {release} in the archive")
 
 
-def _is_arm64_image(path: Path) -> bool:
+def is_arm64_image(path: Path) -> bool:
     if not path.is_file():
         return False
     with path.open("rb") as stream:

@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_lab.qemu import is_arm64_image
 from oci_image import definition as image_definition
 from oci_image import rootfs
 from oci_image.errors import ImageError
@@ -24,7 +25,6 @@ from . import sources
 from .errors import EmulationError, ExitCode, Stage
 from .pins import Pins, digest
 
-ARM64_IMAGE_MAGIC = b"ARMd"  # at offset 0x38 of an arm64 Image
 IMAGE_WITH_WHEELS = "npuctl-rocket"  # the container image whose pinned wheels the board gets
 
 
@@ -210,8 +210,6 @@ def _take_kernel(pins: Pins, root: Path, target: Path) -> None:
     image = root / f"usr/lib/modules/{pins.release}/vmlinuz"
     if not image.is_file():
         raise EmulationError(Stage.KERNEL_FETCH, f"linux-binary-{pins.release} has no {image.name}")
-    with image.open("rb") as stream:
-        header = stream.read(0x40)
-    if header[0x38:0x3C] != ARM64_IMAGE_MAGIC:
+    if not is_arm64_image(image):
         raise EmulationError(Stage.KERNEL_FETCH, f"{image} is not an arm64 Image")
     shutil.move(image, target)

@@ -4,7 +4,6 @@ clone of its repository, at the pinned commit whose folder must have the pinned 
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import urllib.error
@@ -12,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from oci_image.rootfs import mirror
-from pipeline.fetch import cache_root
+from pipeline.fetch import cache_root, sha256_of
 
 from .errors import EmulationError, ExitCode, Stage
 from .pins import Pins
@@ -48,7 +47,7 @@ def qemu_source(pins: Pins, work: Path) -> Path:
     base = f"{mirror()}/{qemu['pool']}"
     if not dsc.exists():
         _download(f"{base}/{qemu['dsc']}", dsc)
-    found = hashlib.sha256(dsc.read_bytes()).hexdigest()
+    found = sha256_of(dsc)
     if found != qemu["dsc_sha256"]:
         dsc.unlink()
         raise EmulationError(
