@@ -5,14 +5,17 @@ the board, npuctl's golden check compares NPU and CPU, and npuctl serve answers 
 over the guest's network. One boot serves every test; its console is kept in
 build/rocket-emu/console.log.
 
-Without NPUCTL_ROCKET_EMU=full (set by 'make check-rocket-emu') the tests run only when
-QEMU and the guest for these .debs are cached, and say why they skip otherwise."""
+With NPUCTL_ROCKET_EMU=full (set by 'make check-rocket-emu', after 'make deb') the .debs
+are dist/'s. Otherwise ('make test') they are this session's builds, and the tests run only
+when QEMU and the guest root for that rocket-dkms .deb are cached; they say why they skip
+otherwise."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,7 +38,9 @@ PINS = load()
 CASES = {case["name"]: case for case in PINS.data["golden_cases"]}
 BUILDERS = {
     "conv1x1-16-8x8": dict(layers=[ConvLayer(16)], size=8, channels=16),
-    "mobilenet-v1-body": dict(layers=MOBILENET_V1_BODY, size=224),
+    "conv1x1-32-64-96x96": dict(layers=[ConvLayer(64)], size=96, channels=32),
+    "mobilenet-v1-body-128": dict(layers=MOBILENET_V1_BODY, size=128),
+    "mobilenet-v1-body-224": dict(layers=MOBILENET_V1_BODY, size=224),
     "mobilenet-v1-classifier": dict(layers=MOBILENET_V1_BODY, size=224, classes=1001),
     "conv1x1-32-64-112x112": dict(layers=[ConvLayer(64)], size=112, channels=32),
     "conv3x3-3-16-32x32": dict(layers=[ConvLayer(16, kernel=3)], size=32),
@@ -52,18 +57,37 @@ def test_every_case_has_a_builder():
     assert set(CASES) == set(BUILDERS)
 
 
+def _debs_under_test(request, tmp_path_factory) -> Path:
+    """dist/ under 'make check-rocket-emu'; otherwise this session's rocket-dkms and npuctl
+    .debs (the fixtures other tests share), in a folder of their own."""
+    if FULL:
+        return DIST
+    dist = tmp_path_factory.mktemp("debs")
+    built = [
+        *request.getfixturevalue("rocket_packages").values(),
+        *request.getfixturevalue("npuctl_debs").values(),
+    ]
+    for path in built:
+        if path.suffix == ".deb":
+            shutil.copyfile(path, dist / path.name)
+    return dist
+
+
 @pytest.fixture(scope="module")
-def emulated(tmp_path_factory) -> board.Run:
+def emulated(request, tmp_path_factory) -> board.Run:
     if os.geteuid() != 0:
         pytest.skip("the emulated board's build needs root (mmdebstrap, binfmt)")
-    reason = missing_from_cache(DIST)
+    reason = missing_from_cache(None)
+    dist = _debs_under_test(request, tmp_path_factory) if reason is None else DIST
+    reason = reason or missing_from_cache(dist)
     if reason is not None:
         if FULL:
             pytest.fail(f"'python -m rocket_emu prepare' has not run: {reason}")
         pytest.skip(reason)
     emulator = sources.cache() / f"emulator-{PINS.emulator['tree_id']}"
     qemu = qemu_build.cached_binary(PINS, emulator)
-    guest = guest_root.GuestRoot(sources.cache() / f"guest-{guest_root.cache_key(PINS, DIST)}")
+    guest = guest_root.GuestRoot(sources.cache() / f"guest-{guest_root.cache_key(PINS, dist)}")
+    at_boot = guest_root.debs_installed_at_boot(PINS, dist)
     cases = tmp_path_factory.mktemp("cases")
     listed = []
     for name, arguments in BUILDERS.items():
@@ -90,7 +114,7 @@ def emulated(tmp_path_factory) -> board.Run:
         )  # fmt: skip
         return {"exit": result.returncode, "body": result.stdout, "stderr": result.stderr}
 
-    run = board.boot(PINS, qemu, guest, cases, WORK, classify)
+    run = board.boot(PINS, qemu, guest, cases, at_boot, WORK, classify)
     print(f"\nemulated board: one boot {run.seconds} s; console: {WORK / 'console.log'}")
     _report(run)
     return run
@@ -108,6 +132,7 @@ def _report(run: board.Run) -> None:
             for case in run.all("case")
         },
     }
+    DIST.mkdir(exist_ok=True)
     partial = DIST / "rocket-emu.json.partial"
     partial.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     partial.replace(DIST / "rocket-emu.json")
@@ -129,6 +154,13 @@ def test_the_backports_kernel_boots_and_rocket_probes_the_enabled_core(emulated)
     assert "NPU job timed out" not in emulated.dmesg
     assert not re.search(r"Oops|Kernel panic|BUG:", emulated.console)
     assert "LAB: done" in emulated.console
+
+
+def test_the_board_runs_the_npuctl_debs_under_test(emulated):
+    install = emulated.first("install")
+    assert install is not None and install["exit"] == 0, install
+    assert install["installed"] == emulated.debs_sent, install
+    assert set(emulated.debs_sent) == set(PINS.guest["installed_at_boot"])
 
 
 def test_rocket_is_the_dkms_build_of_this_projects_package(emulated):

@@ -51,20 +51,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def missing_from_cache(dist: Path) -> str | None:
-    """None when QEMU, the emulator's files and this dist's guest are all cached; else why not."""
+def missing_from_cache(dist: Path | None) -> str | None:
+    """None when QEMU, the emulator's files and the guest for this dist's .debs are all
+    cached (without a dist, QEMU and the emulator's files only); else why not."""
     pins = load()
     emulator = sources.cache() / f"emulator-{pins.emulator['tree_id']}"
     if not emulator.is_dir():
         return "the emulator's sources are not cached: run 'make check-rocket-emu' once"
     if not qemu_build.cached_binary(pins, emulator).is_file():
         return "QEMU with the Orange Pi 5 Plus machine is not built: run 'make check-rocket-emu'"
+    if dist is None:
+        return None
     try:
         key = guest_root.cache_key(pins, dist)
     except EmulationError as error:
         return str(error)
     if not guest_root.GuestRoot(sources.cache() / f"guest-{key}").initrd.is_file():
-        return "no guest root file system for these .debs is cached: run 'make check-rocket-emu'"
+        return (
+            "no guest root file system for this rocket-dkms .deb is cached: "
+            "run 'make check-rocket-emu'"
+        )
     return None
 
 

@@ -31,6 +31,7 @@ class Run:
     seconds: float
     served: Any = None  # what while_serving returned
     serve_error: str = ""
+    debs_sent: dict[str, str] = field(default_factory=dict)  # package -> version
     results: list[tuple[str, dict]] = field(default_factory=list)
 
     def first(self, kind: str) -> dict | None:
@@ -48,12 +49,15 @@ class Run:
 GUEST_FILES = Path(__file__).resolve().parent / "guest"
 
 
-def lab_archive(cases: Path, target: Path) -> Path:
-    """/lab of the guest, beside the cached root file system: its init and jobs, and the
-    models and cases.json the host wrote (/lab/cases)."""
+def lab_archive(cases: Path, debs: list[Path], target: Path) -> Path:
+    """/lab of the guest, beside the cached root file system: its init and jobs, the models
+    and cases.json the host wrote (/lab/cases) and the .debs it installs (/lab/debs)."""
     with tempfile.TemporaryDirectory() as scratch:
         shutil.copytree(GUEST_FILES, Path(scratch) / "lab")
         shutil.copytree(cases, Path(scratch) / "lab" / "cases")
+        (Path(scratch) / "lab" / "debs").mkdir()
+        for deb in debs:
+            shutil.copyfile(deb, Path(scratch) / "lab" / "debs" / deb.name)
         subprocess.run(
             f"cd '{scratch}' && find lab | LC_ALL=C sort | cpio -o -H newc --quiet > '{target}'",
             shell=True,
@@ -90,13 +94,14 @@ def boot(
     qemu: Path,
     guest: GuestRoot,
     cases: Path,
+    debs: list[Path],
     work: Path,
     while_serving: Callable[[int], Any],
     timeout: float = 1800,
 ) -> Run:
     work.mkdir(parents=True, exist_ok=True)
     initrd = work / "initrd.cpio"
-    archive = lab_archive(cases, work / "lab.cpio")
+    archive = lab_archive(cases, debs, work / "lab.cpio")
     with initrd.open("wb") as out:
         for part in (guest.initrd, archive):
             with part.open("rb") as source:
@@ -127,7 +132,7 @@ def boot(
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    run = Run("", 0.0)
+    run = Run("", 0.0, debs_sent={deb.name.split("_")[0]: deb.name.split("_")[1] for deb in debs})
     deadline = started + timeout
     while process.poll() is None and not ready.is_set() and time.monotonic() < deadline:
         ready.wait(1)

@@ -1,7 +1,8 @@
 """The emulated board's root file system, booted as its initramfs: Debian trixie for arm64
 made by mmdebstrap, with the pinned backports kernel (Image, modules, headers), this
 project's .debs installed by apt (rocket-dkms's postinst has DKMS build rocket.ko for that
-kernel with trixie's gcc-14, under qemu-user, as on a board), Debian's Teflon, the pinned
+kernel with trixie's gcc-14, under qemu-user, as on a board; npuctl's bring in their
+dependencies, and each boot installs the ones under test again), Debian's Teflon, the pinned
 ai-edge-litert wheels, and the emulator's IOMMU helper module built against the same
 headers. Cached by every input."""
 
@@ -57,13 +58,22 @@ def local_debs(pins: Pins, dist: Path) -> list[Path]:
     return found
 
 
+def debs_installed_at_boot(pins: Pins, dist: Path) -> list[Path]:
+    """The .debs under test that the board installs with dpkg as it boots (npuctl's)."""
+    wanted = set(pins.guest["installed_at_boot"])
+    return [deb for deb in local_debs(pins, dist) if deb.name.split("_")[0] in wanted]
+
+
 def cache_key(pins: Pins, dist: Path) -> str:
+    """The root's inputs: the pins, the helper's patches, the wheels and the .debs the root
+    keeps as built (rocket-dkms); not npuctl's, which every boot installs afresh."""
     wheels = image_definition.load(IMAGE_WITH_WHEELS).wheels
+    at_boot = debs_installed_at_boot(pins, dist)
     return digest(
         pins.guest,
         pins.emulator,
         pins.patches("helper"),
-        *local_debs(pins, dist),
+        *(deb for deb in local_debs(pins, dist) if deb not in at_boot),
         wheels.requirements if wheels else "",
     )
 

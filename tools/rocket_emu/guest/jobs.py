@@ -1,6 +1,7 @@
-"""Runs inside the emulated board, after init: npuctl doctor, npuctl's golden check on each
-case the host sent (/lab/cases/cases.json), and npuctl serve for the host's requests. Every
-result is one console line "LAB-RESULT <kind> <json>"; the host reads them."""
+"""Runs inside the emulated board, after init: npuctl's .debs under test installed with dpkg,
+npuctl doctor, npuctl's golden check on each case the host sent (/lab/cases/cases.json), and
+npuctl serve for the host's requests. Every result is one console line
+"LAB-RESULT <kind> <json>"; the host reads them."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 CASES = Path("/lab/cases")
+DEBS = Path("/lab/debs")
 MODELS = CASES / "models"
 TEFLON = "/usr/lib/teflon/libteflon.so"
 PORT = 8000
@@ -59,6 +61,36 @@ def last_json(text: str) -> object:
         except ValueError:
             continue
     return None
+
+
+def install() -> None:
+    """npuctl's .debs under test, over the ones the cached root was built with."""
+    debs = sorted(str(deb) for deb in DEBS.glob("*.deb"))
+    started = time.monotonic()
+    done = subprocess.run(
+        ["dpkg", "--force-confdef", "--force-confold", "-i", *debs],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    names = [Path(deb).name.split("_")[0] for deb in debs]
+    query = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *names],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    installed = {
+        fields[0]: fields[1]
+        for fields in (line.split() for line in query.stdout.splitlines())
+        if len(fields) == 3 and fields[2] == "ii"
+    }
+    result(
+        "install",
+        {
+            "exit": done.returncode,
+            "debs": [Path(deb).name for deb in debs],
+            "installed": installed,
+            "output": (done.stdout + done.stderr)[-1500:],
+            "seconds": round(time.monotonic() - started, 1),
+        },
+    )
 
 
 def doctor() -> None:
@@ -138,6 +170,7 @@ def mounts() -> None:
 if __name__ == "__main__" and sys.argv[1:] == ["mounts"]:
     mounts()
 elif __name__ == "__main__":
+    install()
     doctor()
     cases()
     serve()
