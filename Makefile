@@ -22,7 +22,7 @@ PACKAGE ?= aipu-dkms
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
-	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables docs-tables clean
+	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables emu-tables docs-tables clean
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
@@ -220,5 +220,9 @@ bench-tables: $(DEPS_STAMP)
 matrix-tables: $(DEPS_STAMP)
 	$(PY) -m kernel_lab.tables $(DIST)/kernel-matrix.json docs/kernel-matrix-results.md
 
+## emu-tables: docs/emulated-board-results.md from dist/rocket-emu.json (make check-rocket-emu)
+emu-tables: $(DEPS_STAMP)
+	$(PY) -m rocket_emu.tables $(DIST)/rocket-emu.json docs/emulated-board-results.md
+
 ## docs-tables: every generated table of docs/
-docs-tables: bench-tables matrix-tables
+docs-tables: bench-tables matrix-tables emu-tables

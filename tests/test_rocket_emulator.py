@@ -17,15 +17,19 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from pipeline.atomic import write_atomically
 from rocket_emu import board, guest_root, qemu_build, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
+from rocket_emu.tables import REPORT_SCHEMA
 
 from .npuctl.tflite_models import MOBILENET_V1_BODY, ConvLayer, conv_stack
 from .test_patches import DEP3_FIELDS
@@ -47,6 +51,8 @@ BUILDERS = {
     "separable-16-32-16x16": dict(
         layers=[ConvLayer(0, depthwise=True), ConvLayer(32)], size=16, channels=16
     ),
+    "conv1x1-64-64-80x80": dict(layers=[ConvLayer(64)], size=80, channels=64),
+    "mobilenet-v1-classifier-128": dict(layers=MOBILENET_V1_BODY, size=128, classes=1001),
     "conv1x1-16-8x8-int8": dict(layers=[ConvLayer(16)], size=8, channels=16, signed=True),
 }
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
@@ -116,26 +122,33 @@ def emulated(request, tmp_path_factory) -> board.Run:
 
     run = board.boot(PINS, qemu, guest, cases, at_boot, WORK, classify)
     print(f"\nemulated board: one boot {run.seconds} s; console: {WORK / 'console.log'}")
-    _report(run)
+    _report(run, qemu, guest)
     return run
 
 
-def _report(run: board.Run) -> None:
-    """dist/rocket-emu.json: the times and each case's verdict, for reading and comparing."""
-    prepared = WORK / "prepare-times.json"
+def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
+    """dist/rocket-emu.json: what the cached parts took to build, this boot's time and each
+    case's verdict (docs/emulated-board-results.md is generated from it)."""
+    install = run.first("install") or {}
     report = {
+        "schema": REPORT_SCHEMA,
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "kernel": PINS.release,
-        "prepare": json.loads(prepared.read_text()) if prepared.exists() else None,
+        "qemu_build_seconds": qemu_build.build_seconds(qemu),
+        "guest_build_seconds": guest.facts.get("build_seconds"),
         "boot_seconds": run.seconds,
+        "install_seconds": install.get("seconds"),
         "cases": {
-            case["name"]: {"golden": case["golden"], "seconds": case["seconds"]}
+            case["name"]: {
+                "expect": CASES[case["name"]]["expect"],
+                "golden": case["golden"],
+                "seconds": case["seconds"],
+            }
             for case in run.all("case")
+            if case["name"] in CASES
         },
     }
-    DIST.mkdir(exist_ok=True)
-    partial = DIST / "rocket-emu.json.partial"
-    partial.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    partial.replace(DIST / "rocket-emu.json")
+    write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
 
 
 def _finding(run: board.Run, finding_id: str) -> dict:
@@ -259,3 +272,42 @@ def test_the_emulators_patches_have_dep3_headers(patch):
         assert re.search(rf"(?m)^{field}: \S", header), f"{patch.name} has no {field}"
     listed = (patch.parent / "series").read_text(encoding="utf-8").split()
     assert patch.name in listed
+
+
+def test_the_results_page_is_generated_from_the_json_report(tmp_path):
+    source = tmp_path / "rocket-emu.json"
+    source.write_text(
+        json.dumps(
+            {
+                "schema": REPORT_SCHEMA,
+                "generated": "2026-11-24T00:00:00+00:00",
+                "kernel": PINS.release,
+                "qemu_build_seconds": 300.0,
+                "guest_build_seconds": 600.0,
+                "boot_seconds": 120.0,
+                "install_seconds": 9.5,
+                "cases": {
+                    "conv1x1-16-8x8": {
+                        "expect": "agree",
+                        "golden": {"ok": True, "passed": True, "verdict": "difference 1"},
+                        "seconds": 0.5,
+                    }
+                },
+            }
+        )
+    )
+    output = tmp_path / "docs" / "emulated-board-results.md"
+    command = [sys.executable, "-m", "rocket_emu.tables", str(source), str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    page = output.read_text()
+    assert "| a cold run (the three above) | 1020 s (17.0 min) |" in page
+    assert "| conv1x1-16-8x8 | agree | passed: difference 1 | 0.5 |" in page
+
+    source.write_text("[]")
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "not a schema" in result.stderr
+    missing = [sys.executable, "-m", "rocket_emu.tables", str(tmp_path / "none.json"), "x.md"]
+    result = subprocess.run(missing, capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("run 'make check-rocket-emu' first")

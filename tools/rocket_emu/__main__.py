@@ -7,7 +7,6 @@ Exit codes: 0 ready, 2 usage, 3 a pinned input missing or not matching, 4 a buil
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,18 +32,13 @@ def main(argv: list[str] | None = None) -> int:
             reason = missing_from_cache(args.dist)
             print(reason or "cached: QEMU and the guest root file system")
             return 0 if reason is None else 1
-        times = {}
         started = time.monotonic()
         emulator = sources.emulator_files(pins, args.emulator_git)
         qemu = qemu_build.build(pins, emulator, args.work)
-        times["qemu_seconds"] = round(time.monotonic() - started, 1)
-        print(f"QEMU: {qemu} ({times['qemu_seconds']} s)")
+        print(f"QEMU: {qemu} ({round(time.monotonic() - started, 1)} s)")
         started = time.monotonic()
         guest = guest_root.build(pins, emulator, args.dist, args.work)
-        times["guest_seconds"] = round(time.monotonic() - started, 1)
-        print(f"guest: {guest.folder} ({times['guest_seconds']} s)")
-        args.work.mkdir(parents=True, exist_ok=True)
-        (args.work / "prepare-times.json").write_text(json.dumps(times) + "\n")
+        print(f"guest: {guest.folder} ({round(time.monotonic() - started, 1)} s)")
     except EmulationError as error:
         print(f"rocket-emu: {error}", file=sys.stderr)
         return int(error.code)

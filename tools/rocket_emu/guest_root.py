@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,7 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     guest = GuestRoot(sources.cache() / f"guest-{cache_key(pins, dist)}")
     if guest.initrd.is_file():
         return guest
+    started = time.monotonic()
     for tool, package in (("mmdebstrap", "mmdebstrap"), ("cpio", "cpio"), ("quilt", "quilt")):
         try:
             rootfs.tool(tool, package)
@@ -118,17 +120,18 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     _take_kernel(pins, root, partial / "Image")
-    facts = {
-        "release": pins.release,
-        "rocket_dkms": debs[0].name,
-        "teflon": pins.guest["teflon"]["version"],
-    }
-    (partial / "facts.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
     subprocess.run(
         f"cd '{root}' && find . | LC_ALL=C sort | cpio -o -H newc --quiet > '{partial}/root.cpio'",
         shell=True,
         check=True,
     )
+    facts = {
+        "release": pins.release,
+        "rocket_dkms": debs[0].name,
+        "teflon": pins.guest["teflon"]["version"],
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
+    (partial / "facts.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
     shutil.rmtree(root)
     shutil.rmtree(guest.folder, ignore_errors=True)
     partial.replace(guest.folder)

@@ -4,12 +4,15 @@ input, so a second run builds nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from pipeline.atomic import write_atomically
 from pipeline.errors import BuildError
 from pipeline.patching import apply_series
 
@@ -40,11 +43,20 @@ def _run(command: list[str], cwd: Path, log: Path, env: dict[str, str] | None = 
         )
 
 
+def build_seconds(binary: Path) -> float | None:
+    """How long the cached binary took to build, as recorded beside it (None if unknown)."""
+    try:
+        return float(json.loads((binary.parent / "build.json").read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def build(pins: Pins, emulator: Path, work: Path, jobs: int = os.cpu_count() or 2) -> Path:
     """The qemu-system-aarch64 binary (cached)."""
     binary = cached_binary(pins, emulator)
     if binary.is_file():
         return binary
+    started = time.monotonic()
     for tool in ("ninja", "pkg-config", "dpkg-source", "quilt"):
         if shutil.which(tool) is None:
             raise EmulationError(
@@ -70,6 +82,10 @@ def build(pins: Pins, emulator: Path, work: Path, jobs: int = os.cpu_count() or 
     partial = binary.with_name(BINARY + ".partial")
     shutil.copyfile(build_dir / BINARY, partial)
     partial.chmod(0o755)
+    write_atomically(
+        binary.parent / "build.json",
+        json.dumps({"seconds": round(time.monotonic() - started, 1), "jobs": jobs}) + "\n",
+    )
     partial.replace(binary)
     shutil.rmtree(tree, ignore_errors=True)
     return binary
