@@ -164,3 +164,12 @@ def test_the_autopkgtest_builds_rocket_for_the_backports_kernel(
     result = autopkgtest.run(SUITES[rocket.kernel_test_suite], changes, tmp_path / "apt")
     assert result.ok, (result.returncode, result.verdicts, result.output[-3000:])
     assert result.built_for == [result.kernel]
+
+
+def test_the_deb_is_reproducible(rocket: Config, rocket_tree: Path, rocket_deb, tmp_path):
+    """Byte for byte: the emulated board's cached root is keyed by this .deb's bytes."""
+    from pipeline.package import build_packages
+
+    again = build_packages(rocket, rocket_tree, tmp_path / "build", tmp_path / "dist")
+    rebuilt = next(path for path in again if path.name.endswith("_all.deb"))
+    assert rebuilt.read_bytes() == _deb(rocket_deb).read_bytes()

@@ -135,6 +135,10 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     shutil.rmtree(root)
     shutil.rmtree(guest.folder, ignore_errors=True)
     partial.replace(guest.folder)
+    # One root is kept (about 750 MB): the ones of earlier rocket-dkms .debs go.
+    for earlier in guest.folder.parent.glob("guest-*"):
+        if earlier != guest.folder and not earlier.name.endswith(".partial"):
+            shutil.rmtree(earlier, ignore_errors=True)
     return guest
 
 
