@@ -16,7 +16,7 @@ REPORT_SCHEMA = 1
 def _minutes(seconds: float | None) -> str:
     if seconds is None:
         return "not recorded"
-    return f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds:.0f} s ({seconds / 60:.1f} min)"
 
 
 def render(report: dict, source: str) -> str:
@@ -38,11 +38,15 @@ def render(report: dict, source: str) -> str:
         f"| QEMU build (cached after the first run) | {_minutes(qemu)} |",
         f"| root file system: mmdebstrap, DKMS build (cached) | {_minutes(guest)} |",
         f"| one boot: install, doctor, every case, serve | {_minutes(boot)} |",
-        f"| of which installing npuctl's .debs | {_minutes(report['install_seconds'])} |",
+        f"| of which installing npuctl's .debs (guest clock) | "
+        f"{_minutes(report['install_seconds'])} |",
         f"| a cold run (the three above) | {_minutes(cold)} |",
         f"| a cached run (the boot) | {_minutes(boot)} |",
         "",
-        "| case | expected | verdict of npuctl's golden check | seconds |",
+        "The guest's clock is QEMU's instruction count (`-icount shift=0`: one nanosecond",
+        "per instruction), not the host's: its seconds compare runs, not boards.",
+        "",
+        "| case | expected | verdict of npuctl's golden check | seconds (guest clock) |",
         "|---|---|---|---|",
     ]
     for name, case in report["cases"].items():
