@@ -306,7 +306,11 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
 
     source.write_text("[]")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert result.returncode == 2 and "not a schema" in result.stderr
+    assert result.returncode == 2 and "has schema None" in result.stderr
+    source.write_text(json.dumps({"schema": REPORT_SCHEMA, "cases": {}}))
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "lacks a field" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
     missing = [sys.executable, "-m", "rocket_emu.tables", str(tmp_path / "none.json"), "x.md"]
     result = subprocess.run(missing, capture_output=True, text=True, check=False)
     assert result.returncode == 2

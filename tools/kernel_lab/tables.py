@@ -4,11 +4,9 @@ python -m kernel_lab.tables REPORT OUTPUT"""
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-from pipeline.atomic import write_atomically
+from pipeline.report_page import generate
 
 from .matrix import SCHEMA_VERSION, format_table, report_ok
 
@@ -37,28 +35,7 @@ def render(report: dict, source: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m kernel_lab.tables REPORT OUTPUT", file=sys.stderr)
-        return 2
-    source, output = Path(argv[0]), Path(argv[1])
-    try:
-        report = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        print(f"kernel_lab.tables: no {source}: run 'make check-kernels' first", file=sys.stderr)
-        return 2
-    except json.JSONDecodeError as error:
-        print(f"kernel_lab.tables: {source} is not JSON ({error})", file=sys.stderr)
-        return 2
-    if report.get("schema") != SCHEMA_VERSION:
-        print(
-            f"kernel_lab.tables: {source} has schema {report.get('schema')}, not "
-            f"{SCHEMA_VERSION}: run 'make check-kernels' again",
-            file=sys.stderr,
-        )
-        return 2
-    write_atomically(output, render(report, str(source)))
-    print(output)
-    return 0
+    return generate("kernel_lab.tables", argv, SCHEMA_VERSION, "make check-kernels", render)
 
 
 if __name__ == "__main__":

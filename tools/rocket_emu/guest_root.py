@@ -4,7 +4,7 @@ project's .debs installed by apt (rocket-dkms's postinst has DKMS build rocket.k
 kernel with trixie's gcc-14, under qemu-user, as on a board; npuctl's bring in their
 dependencies, and each boot installs the ones under test again), Debian's Teflon, the pinned
 ai-edge-litert wheels, and the emulator's IOMMU helper module built against the same
-headers. Cached by every input."""
+headers. Cached by its inputs (cache_key)."""
 
 from __future__ import annotations
 

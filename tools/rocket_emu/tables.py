@@ -4,11 +4,9 @@ python -m rocket_emu.tables REPORT OUTPUT"""
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-from pipeline.atomic import write_atomically
+from pipeline.report_page import generate
 
 REPORT_SCHEMA = 1
 
@@ -58,28 +56,7 @@ def render(report: dict, source: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m rocket_emu.tables REPORT OUTPUT", file=sys.stderr)
-        return 2
-    source, output = Path(argv[0]), Path(argv[1])
-    try:
-        report = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        print(f"rocket_emu.tables: no {source}: run 'make check-rocket-emu' first", file=sys.stderr)
-        return 2
-    except json.JSONDecodeError as error:
-        print(f"rocket_emu.tables: {source} is not JSON ({error})", file=sys.stderr)
-        return 2
-    if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
-        print(
-            f"rocket_emu.tables: {source} is not a schema {REPORT_SCHEMA} report: "
-            "run 'make check-rocket-emu' again",
-            file=sys.stderr,
-        )
-        return 2
-    write_atomically(output, render(report, str(source)))
-    print(output)
-    return 0
+    return generate("rocket_emu.tables", argv, REPORT_SCHEMA, "make check-rocket-emu", render)
 
 
 if __name__ == "__main__":
