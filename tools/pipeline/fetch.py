@@ -239,22 +239,28 @@ def _cached_download(config: Config) -> Path:
     target = cache_root() / "sources" / upstream.source_file
     if target.is_file() and sha256_of(target) == upstream.source_sha256:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get("DEBIAN_MIRROR", "").rstrip("/")
     url = upstream.source_url
     if mirror:
         url = url.replace("http://deb.debian.org/debian", mirror, 1)
+    return download(url, target, upstream.source_sha256, f"dkms/{config.name}.yaml")
+
+
+def download(url: str, target: Path, sha256: str | None = None, pinned_in: str = "") -> Path:
+    """``url`` at ``target``, whole or not at all; with ``sha256`` (pinned in ``pinned_in``),
+    kept only when the bytes match it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
     try:
         with os.fdopen(handle, "wb") as stream, urllib.request.urlopen(url, timeout=60) as reply:
             shutil.copyfileobj(reply, stream, 1 << 20)
         actual = sha256_of(Path(temporary))
-        if actual != upstream.source_sha256:
+        if sha256 is not None and actual != sha256:
             raise BuildError(
-                f"{url} has sha256 {actual}, but dkms/{config.name}.yaml pins "
-                f"{upstream.source_sha256} (nothing was cached)",
+                f"{url} has sha256 {actual}, but {pinned_in} pins {sha256} (nothing was cached)",
                 ExitCode.VERIFY,
             )
+        Path(temporary).chmod(0o644)
         Path(temporary).replace(target)
     except (OSError, urllib.error.URLError) as error:
         raise BuildError(

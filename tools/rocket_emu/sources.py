@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from oci_image.rootfs import mirror
-from pipeline.fetch import cache_root, sha256_of
+from pipeline.errors import BuildError
+from pipeline.fetch import cache_root, download, sha256_of
 
 from .errors import EmulationError, ExitCode, Stage
 from .pins import Pins
@@ -23,19 +22,11 @@ def cache() -> Path:
     return folder
 
 
-def _download(url: str, target: Path) -> None:
-    partial = target.with_name(target.name + ".partial")
+def _download(url: str, target: Path, sha256: str | None = None) -> None:
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
-            shutil.copyfileobj(response, out)
-    except (urllib.error.URLError, OSError) as error:
-        partial.unlink(missing_ok=True)
-        raise EmulationError(
-            Stage.INPUTS,
-            f"cannot download {url}: {error} (is Debian's archive reachable?)",
-            ExitCode.INPUT,
-        ) from None
-    partial.replace(target)
+        download(url, target, sha256, "emulation/rk3588.yaml")
+    except BuildError as error:
+        raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
 
 
 def qemu_source(pins: Pins, work: Path) -> Path:
@@ -45,16 +36,8 @@ def qemu_source(pins: Pins, work: Path) -> Path:
     folder.mkdir(exist_ok=True)
     dsc = folder / qemu["dsc"]
     base = f"{mirror()}/{qemu['pool']}"
-    if not dsc.exists():
-        _download(f"{base}/{qemu['dsc']}", dsc)
-    found = sha256_of(dsc)
-    if found != qemu["dsc_sha256"]:
-        dsc.unlink()
-        raise EmulationError(
-            Stage.INPUTS,
-            f"{qemu['dsc']} has sha256 {found}, not the pinned {qemu['dsc_sha256']}",
-            ExitCode.INPUT,
-        )
+    if not dsc.exists() or sha256_of(dsc) != qemu["dsc_sha256"]:
+        _download(f"{base}/{qemu['dsc']}", dsc, qemu["dsc_sha256"])
     files = [
         line.split()[2]
         for line in dsc.read_text(encoding="utf-8").split("Checksums-Sha256:")[1].splitlines()
