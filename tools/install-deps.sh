@@ -18,7 +18,8 @@ packages=(
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim
 	qemu-user                                  # Debian's arm64 Teflon under npuctl's probe
 	podman runc busybox-static                 # a real container given the NPU through CDI
-	mmdebstrap qemu-user-static binfmt-support # make image: root file systems, arm64 emulated
+	mmdebstrap arch-test                       # make image, the emulated board: root file systems
+	qemu-user-static binfmt-support            # arm64 maintainer scripts and images, emulated
 	shellcheck                                 # lint
 	curl valgrind                              # a real client of npuctl serve; instruction counts in make bench
 	gcc                                        # the libnoe test double
@@ -49,3 +50,12 @@ if [ ! -x .venv/bin/python ]; then
 	"$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,rocket,onnx,serve,watch,orjson]'
+
+# With no init system nothing mounts binfmt_misc or enables qemu-aarch64; the arm64 targets
+# need both. Where this machine cannot (no root, a kernel or container without binfmt_misc)
+# it says so in one line with the host's command, and the rest of the set-up stands.
+emulation=(.venv/bin/python -m arm64_emulation ensure)
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then
+	emulation=(sudo "${emulation[@]}")
+fi
+"${emulation[@]}" || echo "install-deps: the arm64 targets (make image, make check-rocket-emu) cannot run here until then" >&2

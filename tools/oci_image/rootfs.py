@@ -13,14 +13,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import arm64_emulation
 from pipeline.config import DEBIAN_MIRROR
 
+from . import workspace
 from .definition import Definition
 from .errors import ExitCode, ImageError
 
-BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-# The ELF header fields binfmt_misc matches an aarch64 executable on (e_machine 0xb7).
-AARCH64_MAGIC = "7f454c460201010000000000000000000200b700"
 PIP_PLATFORMS = {"arm64": "manylinux_2_27_aarch64", "amd64": "manylinux_2_27_x86_64"}
 HOST_ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
 # Documentation and translations are not needed to serve; the copyright files stay (licences).
@@ -42,27 +41,16 @@ def mirror() -> str:
     return (os.environ.get("DEBIAN_MIRROR") or DEBIAN_MIRROR).rstrip("/")
 
 
-def check_emulation(architecture: str, binfmt_dir: Path = BINFMT_DIR) -> None:
-    """A foreign root file system runs its maintainer scripts through binfmt_misc."""
+def check_emulation(architecture: str) -> None:
+    """A foreign root file system runs its maintainer scripts through binfmt_misc, and
+    mmdebstrap asks arch-test whether it can."""
     if HOST_ARCHITECTURES.get(platform.machine()) == architecture:
         return
     if architecture != "arm64":
         raise ImageError(f"cannot build {architecture} images on this machine", ExitCode.USAGE)
-    for entry in binfmt_dir.glob("*") if binfmt_dir.is_dir() else ():
-        try:
-            text = entry.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        flags = next(
-            (line.split()[1:] for line in text.splitlines() if line.startswith("flags:")), []
-        )
-        if text.startswith("enabled") and AARCH64_MAGIC in text and "F" in "".join(flags):
-            return
-    raise ImageError(
-        "building the arm64 image needs arm64 emulation (binfmt_misc with qemu, flag F): "
-        "sudo apt install qemu-user-static binfmt-support",
-        ExitCode.TOOL,
-    )
+    if found := arm64_emulation.missing():
+        raise ImageError(found.line(), ExitCode.TOOL)
+    tool("arch-test", "arch-test")
 
 
 def check_archive(suites: tuple[str, ...], timeout: float = 20) -> None:
@@ -122,10 +110,10 @@ def debootstrap(
     ]
     environment = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8"}
     with log.open("w", encoding="utf-8") as output:
-        result = subprocess.run(
-            command, stdout=output, stderr=subprocess.STDOUT, env=environment, check=False
+        returncode = workspace.run_group(
+            command, stdout=output, stderr=subprocess.STDOUT, env=environment
         )
-    if result.returncode != 0:
+    if returncode != 0:
         raise ImageError(
             f"mmdebstrap failed for {definition.name} ({architecture}): see {log}",
             ExitCode.BUILD,
