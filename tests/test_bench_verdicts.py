@@ -72,3 +72,95 @@ def test_the_tables_show_both_runs_from_the_reports(tmp_path, monkeypatch):
     assert "1.10x ok" in lines[0] and "1.10x **MISSED**" in lines[0]
     assert "quiet conditions" in text and "busy conditions" in text
     assert "Not run yet: serve-cost, watch-quality, vision-cost, image-size." in text
+
+
+# -- make bench's exit status: every target met, a target missed, a benchmark not run here ----
+def write_image_summaries(dist, sizes_mb: dict) -> None:
+    """What 'make image' leaves in dist/images, one summary per (image, architecture)."""
+    from oci_image.definition import load
+    from pipeline.npuctl_package import npuctl_version
+
+    (dist / "images").mkdir(parents=True, exist_ok=True)
+    for (name, architecture), size in sizes_mb.items():
+        stem = load(name).stem(npuctl_version(), architecture)
+        summary = {"uncompressed_bytes": size * 1e6, "compressed_bytes": size * 4e5}
+        (dist / "images" / f"{stem}.json").write_text(json.dumps(summary))
+
+
+def every_image(size_of) -> dict:
+    from oci_image.definition import image_names, load
+
+    return {
+        (name, architecture): size_of(load(name))
+        for name in image_names()
+        for architecture in load(name).architectures
+    }
+
+
+def run_bench(tmp_path, *args):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    reports = tmp_path / "reports"
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "BENCH_REPORT_DIR": str(reports),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "tools"),
+        },
+        timeout=120,
+        check=False,
+    )
+
+
+def test_bench_exits_0_when_every_image_is_within_its_bound(tmp_path):
+    write_image_summaries(tmp_path / "dist", every_image(lambda d: d.size_limit_mb - 1))
+    for command in (("bench.image_size",), ("bench", "image_size")):
+        result = run_bench(tmp_path, *command)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "[ok]" in result.stdout and "MISSED" not in result.stdout
+
+
+def test_bench_exits_1_when_a_target_is_missed_even_beside_a_row_not_run(tmp_path):
+    sizes = every_image(lambda d: d.size_limit_mb - 1)
+    first, second = sorted(sizes)[:2]
+    sizes[first] = 10_000  # over every bound
+    del sizes[second]
+    write_image_summaries(tmp_path / "dist", sizes)
+    for command in (("bench.image_size",), ("bench", "image_size")):
+        result = run_bench(tmp_path, *command)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "[MISSED]" in result.stdout and "[NOT RUN:" in result.stdout
+
+
+def test_bench_exits_3_and_builds_nothing_when_an_image_is_absent(tmp_path):
+    sizes = every_image(lambda d: d.size_limit_mb - 1)
+    absent = sorted(sizes)[0]
+    del sizes[absent]
+    write_image_summaries(tmp_path / "dist", sizes)
+    before = sorted(p.name for p in (tmp_path / "dist" / "images").iterdir())
+    result = run_bench(tmp_path, "bench", "image_size")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert sorted(p.name for p in (tmp_path / "dist" / "images").iterdir()) == before
+    line = next(line for line in result.stdout.splitlines() if "NOT RUN" in line)
+    assert f"{absent[0]} image ({absent[1]})" in line
+    assert "'make deb image' builds it" in line
+    report = json.loads((tmp_path / "reports" / "image-size.json").read_text())
+    not_run = [row for row in report["rows"] if "not_run" in row]
+    assert len(not_run) == 1 and "make deb image" in not_run[0]["not_run"]
+    text = render(tmp_path / "reports", tmp_path / "none")
+    assert f"not run: {not_run[0]['not_run']}" in text
+
+
+def test_the_combined_status_orders_missed_over_not_run():
+    from bench.__main__ import combined
+
+    assert combined([0, 0]) == 0
+    assert combined([0, 3]) == 3
+    assert combined([3, 1, 0]) == 1
+    assert combined([0, 2]) == 1  # a benchmark that failed otherwise is no pass

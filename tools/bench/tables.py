@@ -27,6 +27,8 @@ def load(folder: Path, bench: str) -> dict | None:
 def cell(row: dict | None) -> str:
     if row is None:
         return "not run"
+    if "not_run" in row:
+        return f"not run: {row['not_run']}"
     verdict = "ok" if row["ok"] else "**MISSED**"
     return f"{row['ours']:.3f} vs {row['reference']:.3f}: {row['ratio']:.2f}x {verdict}"
 
