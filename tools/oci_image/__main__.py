@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline.npuctl_package import npuctl_version
 
+from . import workspace
 from .build import build, preflight
 from .definition import ARCHITECTURES, image_names, load
 from .errors import ExitCode, ImageError
@@ -96,10 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"image: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
+        print("image: interrupted; nothing is left mounted", file=sys.stderr)
         return 130
+    except workspace.Stopped as stopped:
+        print(f"image: stopped by {stopped}; nothing is left mounted", file=sys.stderr)
+        return 128 + stopped.signum
     return ExitCode.OK
 
 
 if __name__ == "__main__":
     os.umask(0o022)
+    workspace.stop_on_signals()
     sys.exit(main())

@@ -16,7 +16,7 @@ from pipeline.atomic import write_atomically
 from pipeline.config import REPO_ROOT, load_config
 from pipeline.npuctl_package import npuctl_version
 
-from . import rootfs, sbom
+from . import rootfs, sbom, workspace
 from .archive import Healthcheck, ImageConfig, Written, write_archive
 from .definition import Definition
 from .errors import ExitCode, ImageError
@@ -119,17 +119,6 @@ def image_config(
     )
 
 
-def _fresh(folder: Path) -> None:
-    """An empty work folder; a mount left inside it by a killed mmdebstrap stops us."""
-    mounts = (
-        Path("/proc/mounts").read_text(encoding="utf-8") if Path("/proc/mounts").exists() else ""
-    )
-    if any(f" {folder.resolve()}/" in line for line in mounts.splitlines()):
-        raise ImageError(f"{folder} still has mounts inside: unmount them first", ExitCode.BUILD)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-
-
 def preflight(wanted: list[tuple[Definition, str]], dist: Path) -> None:
     """Every precondition of every image asked for, before anything is built: a missing one
     costs one line and leaves no image."""
@@ -156,9 +145,9 @@ def build(
     debs = rootfs.local_debs(definition, dist, version)
     epoch = source_epoch()
     folder = work / f"{definition.name}-{architecture}"
-    _fresh(folder)
     root, log = folder / "root", folder / "build.log"
-    rootfs.debootstrap(definition, architecture, debs, root, epoch, log)
+    with workspace.owned(folder):  # mmdebstrap's mounts inside go, however it ends
+        rootfs.debootstrap(definition, architecture, debs, root, epoch, log)
     rootfs.install_wheels(definition, architecture, root, log)
     stem = definition.stem(version, architecture)
     layer = write_layer(root, folder / "layer.tar.gz", epoch)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from oci_image import workspace
+
 from . import guest_root, qemu_build, sources
 from .errors import EmulationError
 from .pins import load
@@ -42,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     except EmulationError as error:
         print(f"rocket-emu: {error}", file=sys.stderr)
         return int(error.code)
+    except KeyboardInterrupt:
+        print("rocket-emu: interrupted; nothing is left mounted", file=sys.stderr)
+        return 130
+    except workspace.Stopped as stopped:
+        print(f"rocket-emu: stopped by {stopped}; nothing is left mounted", file=sys.stderr)
+        return 128 + stopped.signum
     return 0
 
 
@@ -69,4 +77,5 @@ def missing_from_cache(dist: Path | None) -> str | None:
 
 
 if __name__ == "__main__":
+    workspace.stop_on_signals()
     sys.exit(main())

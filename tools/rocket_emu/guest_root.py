@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kernel_lab.qemu import is_arm64_image
 from oci_image import definition as image_definition
-from oci_image import rootfs
+from oci_image import rootfs, workspace
 from oci_image.errors import ImageError
 from pipeline.errors import BuildError
 from pipeline.patching import patched_copy
@@ -106,11 +106,13 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
         patched_copy(staged, helper, pins.patches("helper"))
     except BuildError as error:
         raise EmulationError(Stage.DKMS_BUILD, str(error)) from None
-    root = work / "root"
-    if root.exists():
-        shutil.rmtree(root)
-    log = work / "guest-root.log"
-    _mmdebstrap(pins, debs, helper, root, log)
+    folder = work / "guest-build"
+    root, log = folder / "root", work / "guest-root.log"
+    try:
+        with workspace.owned(folder):  # mmdebstrap's mounts inside go, however it ends
+            _mmdebstrap(pins, debs, helper, root, log)
+    except ImageError as error:
+        raise EmulationError(Stage.DKMS_BUILD, str(error)) from None
     _check_dkms(pins, root, log)
     try:
         rootfs.install_wheels(wheels, "arm64", root, log)
@@ -179,14 +181,13 @@ def _mmdebstrap(pins: Pins, debs: list[Path], helper: Path, root: Path, log: Pat
         *(f"deb {rootfs.mirror()} {suite} main" for suite in (guest["suite"], guest["backports"])),
     ]
     with log.open("w", encoding="utf-8") as output:
-        result = subprocess.run(
+        returncode = workspace.run_group(
             command,
             stdout=output,
             stderr=subprocess.STDOUT,
-            check=False,
             env={**os.environ, "LC_ALL": "C.UTF-8"},
         )
-    if result.returncode != 0:
+    if returncode != 0:
         text = log.read_text(encoding="utf-8", errors="replace")
         stage = (
             Stage.KERNEL_FETCH
