@@ -144,7 +144,7 @@ def test_the_wheel_puts_serve_and_watch_in_extras(npuctl_wheel):
         ]
     core = {re.split(r"[<>=; ]", line)[0].lower() for line in requires if "extra ==" not in line}
     assert core == {"click", "numpy", "pyyaml", "packaging", "pillow", "regex", "jinja2"}
-    for extra, names in (("serve", {"httptools", "prometheus-client"}), ("watch", {"psutil"})):
+    for extra, names in (("serve", {"aiohttp", "prometheus-client"}), ("watch", {"psutil"})):
         found = {
             re.split(r"[<>=; ]", line)[0].lower()
             for line in requires

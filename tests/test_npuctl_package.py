@@ -45,7 +45,7 @@ def test_serve_and_watch_are_packages_of_their_own(npuctl_debs):
 
     assert set(npuctl_debs) == {"npuctl", "npuctl-serve", "npuctl-watch"}
     version = npuctl_version()
-    own = {"npuctl-serve": {"python3-httptools", "python3-prometheus-client"}}
+    own = {"npuctl-serve": {"python3-aiohttp", "python3-prometheus-client"}}
     own["npuctl-watch"] = {"python3-psutil"}
     for name, dependencies in own.items():
         deb = npuctl_debs[name]

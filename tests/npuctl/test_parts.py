@@ -57,7 +57,7 @@ def test_the_core_runs_without_the_parts(core_only):
     assert "mobilenet" in result.stdout
 
 
-@pytest.mark.parametrize(("command", "dependency"), [("serve", "httptools"), ("watch", "psutil")])
+@pytest.mark.parametrize(("command", "dependency"), [("serve", "aiohttp"), ("watch", "psutil")])
 def test_a_part_without_its_dependency_names_it(tmp_path, command, dependency):
     """The part's modules are there, a library it needs is not (a pip install without the
     extra)."""

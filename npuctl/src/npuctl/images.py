@@ -1,8 +1,13 @@
 """Opening user images: one clear error for anything that is not a readable image, and a pixel
-limit checked from the header, before anything is decoded (decompression bombs)."""
+limit checked from the header, before anything is decoded (decompression bombs). An image
+sent over the network must be one of the formats cameras and photo libraries send: any other
+of Pillow's many formats (EPS runs Ghostscript, for one) never gets near its decoder."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 from io import BytesIO
 from pathlib import Path
 
@@ -30,18 +35,38 @@ def open_rgb(path: Path, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Im
         raise InputError(f"{path} is not an image Pillow can read ({error})") from error
 
 
+# What a request may send: the formats of camera snapshots, photo previews and screenshots.
+SENT_FORMATS = ("JPEG", "PNG", "WEBP", "BMP")
+
+
+class ImageFormatError(InputError):
+    """Bytes that are none of the formats a request may send."""
+
+
 def decode_rgb(data: bytes, max_pixels: int, what: str = "the image") -> Image.Image:
-    """An image sent as bytes (a request body), with the same limits as a file."""
+    """An image sent as bytes (a request body), with the same limits as a file, in one of
+    SENT_FORMATS."""
     try:
-        return _decoded(BytesIO(data), what, max_pixels)
+        with Image.open(BytesIO(data), formats=SENT_FORMATS) as probe:
+            probe.size  # noqa: B018 - the header is read; nothing is decoded yet
+    except UnidentifiedImageError:
+        raise ImageFormatError(
+            f"{what} is not a JPEG, PNG, WebP or BMP image (the formats this server reads)"
+        ) from None
+    except (OSError, ValueError, SyntaxError, EOFError) as error:
+        raise InputError(f"{what} is not an image Pillow can read ({error})") from error
+    try:
+        return _decoded(BytesIO(data), what, max_pixels, SENT_FORMATS)
     except MemoryError:
         raise InputError(f"{what} is too large to decode in the memory available") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as error:
         raise InputError(f"{what} is not an image Pillow can read ({error})") from error
 
 
-def _decoded(source: Path | BytesIO, what: str, max_pixels: int) -> Image.Image:
-    with Image.open(source) as image:
+def _decoded(
+    source: Path | BytesIO, what: str, max_pixels: int, formats: tuple[str, ...] | None = None
+) -> Image.Image:
+    with Image.open(source, formats=formats) as image:
         width, height = image.size
         if width * height > max_pixels:
             raise InputError(
@@ -51,3 +76,20 @@ def _decoded(source: Path | BytesIO, what: str, max_pixels: int) -> Image.Image:
         image.load()
         # A JPEG decodes to RGB already: convert() would copy every pixel once more.
         return image if image.mode == "RGB" else image.convert("RGB")
+
+
+@functools.cache
+def _malloc_trim() -> object | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def give_back_memory() -> None:
+    """Hand the free heap back to the system: a decoded picture of tens of megabytes leaves
+    glibc's arenas that large after it is freed, and a server would stay that large."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)  # type: ignore[operator]

@@ -97,13 +97,19 @@ COCO_CLASSES = (
 
 # COCO's category ids run 1..90 with ten ids unused; SSD models trained with TensorFlow's
 # object detection API number their classes by category id - 1.
-COCO_UNUSED_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
+# The category ids COCO's 2017 detection set left unused, by the names of the 2014 paper's 91
+# categories; SSD models trained on it can still emit them, and Frigate's label map names them.
+COCO_UNUSED = {
+    12: "street sign", 26: "hat", 29: "shoe", 30: "eye glasses", 45: "plate", 66: "mirror",
+    68: "window", 69: "desk", 71: "door", 83: "blender",
+}  # fmt: skip
+COCO_UNUSED_IDS = tuple(COCO_UNUSED)
 
 
 def coco_by_category_index() -> tuple[str, ...]:
-    """Labels indexed by category id - 1 ("" for the unused ids)."""
+    """Labels indexed by category id - 1: every id named (no bare numbers in an answer)."""
     names = iter(COCO_CLASSES)
-    return tuple("" if cid in COCO_UNUSED_IDS else next(names) for cid in range(1, 91))
+    return tuple(COCO_UNUSED.get(cid) or next(names) for cid in range(1, 91))
 
 
 @dataclass(frozen=True)

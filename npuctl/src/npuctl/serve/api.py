@@ -7,6 +7,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,8 @@ def parse(
     model_names: tuple[str, ...],
     max_inputs: int,
     truncate_default: bool,
+    max_images: int = 8,
+    decoding: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Request:
     """The request's inputs as tensors, or ApiError (400) naming the offending field."""
     try:
@@ -80,7 +83,7 @@ def parse(
     model = document.get("model")
     if model is not None and model not in model_names:
         raise ApiError(
-            400,
+            404,
             f"the model {str(model)[:100]!r} does not exist: this server has "
             f"{', '.join(model_names)} (GET /v1/models)",
             "model_not_found",
@@ -113,13 +116,28 @@ def parse(
             "modality",
         )
     items = _items(document.get("input"), max_inputs)
+    images = sum(1 for item in items if _is_image(item, modality))
+    if images > max_images:
+        raise ApiError(
+            400,
+            f"{images} images in one request; this server takes at most {max_images} "
+            "(split the request, or raise --max-images)",
+            "too_many_images",
+            "input",
+        )
     prepared = []
     for index, item in enumerate(items):
         try:
-            prepared.append(_prepare(embedder, item, modality, truncate))
+            with decoding() if _is_image(item, modality) else nullcontext():
+                prepared.append(_prepare(embedder, item, modality, truncate))
         except Rejected as rejected:
-            raise ApiError(400, f"input[{index}]: {rejected}", rejected.code, "input") from None
+            status = 415 if rejected.code == "unsupported_media_type" else 400
+            raise ApiError(status, f"input[{index}]: {rejected}", rejected.code, "input") from None
     return Request(prepared, encoding)
+
+
+def _is_image(item: Any, modality: str) -> bool:
+    return isinstance(item, str) and (modality == "image" or item.startswith("data:image/"))
 
 
 def _items(value: Any, max_inputs: int) -> list[Any]:

@@ -3,16 +3,22 @@ systemd when ready, and drain in-flight requests on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import inspect
 import ipaddress
 import logging
 import signal
+import socket
+import stat
 import sys
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
+from aiohttp import web
 
 from ..cli import Settings, pass_settings
 from ..defaults import DEFAULT_SERVE_PORT, default_serve_socket
@@ -20,10 +26,13 @@ from ..errors import ExitCode, NpuctlError
 from ..platforms import able
 from ..platforms.base import Platform
 from . import affinity, auth, systemd
-from .http import PUBLIC_DEFAULT, PUBLIC_PATHS, Limits, Listener, Service, TcpListener, UnixListener
+from .app import Api
+from .connections import Budget, Guard, HeadLimits
 from .metrics import Metrics
 from .models import Serving
 from .owner import NpuOwner
+from .routes import PUBLIC_GROUPS
+from .service import PUBLIC_DEFAULT, Limits, Service
 
 log = logging.getLogger("npuctl.serve")
 
@@ -39,10 +48,10 @@ def _names(value: str | None) -> tuple[str, ...] | None:
 
 def _public(value: str) -> frozenset[str]:
     names = frozenset(name.strip() for name in value.split(",") if name.strip())
-    unknown = names - set(PUBLIC_PATHS) - {"none"}
+    unknown = names - set(PUBLIC_GROUPS) - {"none"}
     if unknown:
         raise click.BadParameter(
-            f"unknown {', '.join(sorted(unknown))}: choose from {', '.join(PUBLIC_PATHS)} or none"
+            f"unknown {', '.join(sorted(unknown))}: choose from {', '.join(PUBLIC_GROUPS)} or none"
         )
     return names - {"none"}
 
@@ -107,35 +116,82 @@ def _public(value: str) -> frozenset[str]:
     type=click.IntRange(1, 100_000),
     default=Limits.max_inputs,
     show_default=True,
-    help="Inputs in one request.",
+    help="Inputs in one embeddings request.",
+)
+@click.option(
+    "--max-images",
+    type=click.IntRange(1, 1_000),
+    default=Limits.max_images,
+    show_default=True,
+    help="Images in one embeddings request.",
 )
 @click.option(
     "--max-body",
     type=click.IntRange(1024, 1 << 30),
     default=Limits.max_body,
     show_default=True,
-    help="Bytes in one request body.",
+    help="Bytes in the body of a text request (embeddings).",
+)
+@click.option(
+    "--max-upload",
+    type=click.IntRange(1024, 1 << 30),
+    default=Limits.max_upload,
+    show_default=True,
+    help="Bytes in the body of an image or tensor request (vision, KServe v2).",
 )
 @click.option(
     "--max-connections",
     type=click.IntRange(1, 10_000),
     default=Limits.max_connections,
     show_default=True,
-    help="Connections open at once; more are answered 503.",
+    help="TCP connections open at once (the unix socket has as many of its own); at the "
+    "limit an idle or half-sent one makes room, and only when all are busy is a new one "
+    "answered 503.",
 )
 @click.option(
-    "--read-timeout",
-    type=click.FloatRange(0.1, 3600),
-    default=Limits.read_timeout,
+    "--max-per-client",
+    type=click.IntRange(1, 10_000),
+    default=Limits.max_per_client,
     show_default=True,
-    help="Seconds a client has to send one request (and to idle between requests).",
+    help="TCP connections open at once from one address.",
+)
+@click.option(
+    "--head-timeout",
+    "--read-timeout",
+    "head_timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=Limits.head_timeout,
+    show_default=True,
+    help="Seconds a client has to send a request's head (and to idle between requests).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=Limits.body_timeout,
+    show_default=True,
+    help="Seconds a client has to send a request's body.",
 )
 @click.option(
     "--deadline",
     type=click.FloatRange(0.1, 3600),
     default=Limits.deadline,
     show_default=True,
-    help="Seconds a request may wait for the NPU before it fails with 503.",
+    help="Seconds a request may wait for the NPU before it fails with 503 (and, once "
+    "started, for the NPU's answer before it fails with 504).",
+)
+@click.option(
+    "--decodes",
+    type=click.IntRange(1, 64),
+    default=Limits.decodes,
+    show_default=True,
+    help="Images decoded at once (each may take width x height x 3 bytes of memory).",
+)
+@click.option(
+    "--max-detections",
+    type=click.IntRange(1, 1000),
+    default=Limits.max_detections,
+    show_default=True,
+    help="Detections in one DeepStack answer, best first (Frigate reads 20).",
 )
 @click.option(
     "--truncate/--no-truncate",
@@ -163,10 +219,16 @@ def serve(
     no_unix_socket: bool,
     queue_size: int,
     max_inputs: int,
+    max_images: int,
     max_body: int,
+    max_upload: int,
     max_connections: int,
-    read_timeout: float,
+    max_per_client: int,
+    head_timeout: float,
+    body_timeout: float,
     deadline: float,
+    decodes: int,
+    max_detections: int,
     truncate: bool,
     cpu: str,
     model_names: str | None,
@@ -176,8 +238,11 @@ def serve(
 ) -> None:
     """The inference server of the board's NPU: DeepStack's POST /v1/vision/detection and
     /v1/vision/classification, OpenAI's POST /v1/embeddings, the open inference protocol
-    (KServe v2: /v2/models/NAME/infer), /health, /ready, /metrics and /openapi.json."""
+    (KServe v2: /v2/models/NAME/infer), /health, /ready, /metrics and /openapi.json. SIGTERM
+    finishes the requests in flight; SIGHUP reads the API key file again."""
     logging.basicConfig(level=logging.INFO, format="npuctl serve: %(message)s", stream=sys.stderr)
+    # A malformed request is answered 400 by aiohttp; it is the client's failure, not a log's.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     try:
         wanted, opened = _names(model_names), _public(public)
     except click.BadParameter as error:
@@ -198,52 +263,107 @@ def serve(
             host,
         )
     limits = Limits(
-        max_body, max_inputs, max_connections, read_timeout, deadline,
+        max_body=max_body,
+        max_upload=max_upload,
+        max_inputs=max_inputs,
+        max_images=max_images,
+        max_connections=max_connections,
+        max_per_client=max_per_client,
+        head_timeout=head_timeout,
+        body_timeout=body_timeout,
+        deadline=deadline,
         max_image_pixels=settings.max_image_pixels,
-    )  # fmt: skip
+        decodes=decodes,
+        max_detections=max_detections,
+    )
     placement = affinity.pin(cpu)  # before any thread starts: they inherit it
     metrics = Metrics()
     owner = NpuOwner(serving.runtimes, serving.models, queue_size, metrics)
     service = Service(serving, owner, metrics, limits, truncate, platform.name, key, opened)
-    listeners = _listen(service, None if no_tcp else (host, port), socket_path)
-    stop = threading.Event()
-    for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, lambda *_: stop.set())
-    threads = [
-        threading.Thread(target=listener.serve_forever, name="listener", daemon=True)
-        for listener in listeners
-    ]
-    threading.Thread(
-        target=service.reap_slow_clients, args=(stop,), name="reaper", daemon=True
-    ).start()
-    for thread in threads:
-        thread.start()
-    try:
-        owner.start()  # loads and warms up; /health answers meanwhile, /ready says loading
-    except BaseException:
-        _close(listeners, socket_path, serving=True)
-        raise
-    # Everything loaded so far lives as long as the server: out of the collector's sight,
-    # a full collection no longer walks it (a pause of milliseconds on a busy board).
-    gc.freeze()
-    service.loaded.set()
-    for name, reused in owner.reuse.reused.items():
-        metrics.job_reuse.labels(name).set(1 if reused else 0)
-        log.info("%s: %s", name, "one NPU job reused" if reused else owner.reuse.why.get(name, ""))
-    systemd.start_watchdog(lambda: _npu_answers(owner, deadline), stop)
-    systemd.notify("READY=1")
-    log.info(
-        "models: %s", ", ".join(f"{name} ({model.task})" for name, model in serving.models.items())
+    address = None if no_tcp else (host, port)
+    asyncio.run(_run(service, address, socket_path, api_key_file, placement))
+
+
+async def _run(
+    service: Service,
+    address: tuple[str, int] | None,
+    socket_path: Path | None,
+    api_key_file: Path | None,
+    placement: str,
+) -> None:
+    loop = asyncio.get_running_loop()
+    limits, owner = service.limits, service.owner
+    guards: dict[Any, Guard] = {}
+    api = Api(service, guards)
+    # aiohttp 3.9 and newer wait this long for handlers at cleanup; the drain came first.
+    newer = "shutdown_timeout" in inspect.signature(web.AppRunner.__init__).parameters
+    runner = web.AppRunner(
+        api.application(),
+        **({"shutdown_timeout": 1.0} if newer else {}),
+        access_log=None,
+        # The head watch cuts heads and idle connections first; aiohttp's own bounds are
+        # only a backstop behind it.
+        keepalive_timeout=limits.head_timeout * 2,
+        max_line_size=2 * HeadLimits.max_head,
+        max_field_size=2 * HeadLimits.max_head,
+        lingering_time=HeadLimits.linger,
     )
-    log.info("ready: %s (%s)", " and ".join(_where(listener) for listener in listeners), placement)
-    stop.wait()
-    log.info("stopping: finishing the requests in flight")
-    systemd.notify("STOPPING=1")
-    service.draining.set()
-    _close(listeners, socket_path, serving=True)
-    service.wait_idle(deadline + 5)
+    await runner.setup()
+    head = HeadLimits(head_timeout=limits.head_timeout)
+    servers = await _listen(runner, service, head, guards, address, socket_path)
+    stop = asyncio.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload_key, service, api_key_file)
+    watchdog_stop = threading.Event()
+    try:
+        # Loads and warms up; meanwhile /health answers and /ready says loading.
+        await loop.run_in_executor(None, owner.start)
+        # Everything loaded so far lives as long as the server: out of the collector's
+        # sight, a full collection no longer walks it (a pause of milliseconds).
+        gc.freeze()
+        service.loaded.set()
+        for name, reused in owner.reuse.reused.items():
+            service.metrics.job_reuse.labels(name).set(1 if reused else 0)
+            log.info(
+                "%s: %s", name, "one NPU job reused" if reused else owner.reuse.why.get(name, "")
+            )
+        systemd.start_watchdog(lambda: service.healthy()[0], watchdog_stop)
+        systemd.notify("READY=1")
+        log.info(
+            "models: %s",
+            ", ".join(f"{name} ({model.task})" for name, model in service.serving.models.items()),
+        )
+        where = " and ".join(_where(server, socket_path) for server in servers)
+        log.info("ready: %s (%s)", where, placement)
+        await stop.wait()
+        log.info("stopping: finishing the requests in flight")
+        systemd.notify("STOPPING=1")
+        service.draining.set()
+        for server in servers:
+            server.close()  # no new connections; open ones are answered 503 from now on
+        await loop.run_in_executor(None, service.wait_idle, limits.deadline + 5)
+    finally:
+        watchdog_stop.set()
+        for server in servers:
+            server.close()
+        await runner.cleanup()
+        if socket_path is not None:
+            socket_path.unlink(missing_ok=True)
+        api.threads.shutdown(wait=False, cancel_futures=True)
     owner.stop()
     log.info("stopped")
+
+
+def _reload_key(service: Service, path: Path | None) -> None:
+    """SIGHUP (systemctl reload): the key file again; a broken one keeps the old key."""
+    try:
+        service.key = auth.load_key(path)
+    except NpuctlError as error:
+        log.error("SIGHUP: kept the API key: %s", error)
+        return
+    state = "no key" if service.key is None else "the key"
+    log.info("SIGHUP: reloaded the API key (%s from %s)", state, path or "the credentials")
 
 
 def serving_platform(forced: str | None) -> Platform:
@@ -257,44 +377,69 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _listen(
-    service: Service, address: tuple[str, int] | None, socket_path: Path | None
-) -> list[Listener]:
-    listeners: list[Listener] = []
+async def _listen(
+    runner: web.AppRunner,
+    service: Service,
+    head: HeadLimits,
+    guards: dict[Any, Guard],
+    address: tuple[str, int] | None,
+    socket_path: Path | None,
+) -> list[asyncio.AbstractServer]:
+    """The TCP listener and the unix socket, each with connections of its own."""
+    loop = asyncio.get_running_loop()
+    limits = service.limits
+
+    def guarded(budget: Budget) -> Callable[[], Guard]:
+        return lambda: Guard(runner.server(), budget, head, service.metrics, guards)
+
+    servers: list[asyncio.AbstractServer] = []
     try:
         if address is not None:
-            listeners.append(TcpListener(service, *address))
+            budget = Budget(limits.max_connections, limits.max_per_client)
+            servers.append(
+                await loop.create_server(
+                    guarded(budget), address[0], address[1], reuse_address=True, backlog=128
+                )
+            )
         if socket_path is not None:
             socket_path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            listeners.append(UnixListener(service, socket_path))
+            _remove_stale_socket(socket_path)
+            budget = Budget(limits.max_connections, limits.max_connections)
+            servers.append(await loop.create_unix_server(guarded(budget), str(socket_path)))
+            # Anyone who may reach 127.0.0.1 may use the socket too; the folder decides more.
+            socket_path.chmod(0o666)
     except OSError as error:
-        _close(listeners, None, serving=False)
-        where = f"{address[0]}:{address[1]}" if address and not listeners else str(socket_path)
+        for server in servers:
+            server.close()
+        await runner.cleanup()
+        where = f"{address[0]}:{address[1]}" if address and not servers else str(socket_path)
         raise NpuctlError(
             f"cannot listen on {where}: {error.strerror or error} (stop the other server, or "
             "choose another --port / --unix-socket)",
             ExitCode.SERVICE,
         ) from None
-    return listeners
+    return servers
 
 
-def _close(listeners: list[Listener], socket_path: Path | None, serving: bool) -> None:
-    """Stop accepting; connections already open finish their request."""
-    for listener in listeners:
-        if serving:
-            listener.shutdown()  # type: ignore[attr-defined]
-        listener.server_close()  # type: ignore[attr-defined]
-    if socket_path is not None:
-        socket_path.unlink(missing_ok=True)
-
-
-def _where(listener: Listener) -> str:
-    if isinstance(listener, TcpListener):
-        host, port = listener.server_address[:2]
+def _where(server: asyncio.AbstractServer, socket_path: Path | None) -> str:
+    name = server.sockets[0].getsockname()  # type: ignore[attr-defined]
+    if isinstance(name, tuple):
+        host, port = name[:2]
         return f"http://{'[' + host + ']' if ':' in str(host) else host}:{port}"
-    return f"unix:{listener.server_address}"  # type: ignore[attr-defined]
+    return f"unix:{socket_path}"
 
 
-def _npu_answers(owner: NpuOwner, deadline: float) -> bool:
-    busy_since = owner.busy_since
-    return busy_since is None or time.monotonic() - busy_since < deadline
+def _remove_stale_socket(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(f"{path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # left behind by a server that is gone
+            return
+    raise OSError(f"another server is listening on {path}")

@@ -6,6 +6,8 @@ what Triton's own client sends by default. No I/O here."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +27,17 @@ class V2Error(ValueError):
 class InferRequest:
     id: str | None
     tensors: list[np.ndarray]  # in the model's input order
-    outputs: list[tuple[TensorMeta, bool]]  # the outputs to return, and whether as binary
+    outputs: list[Wanted]  # the outputs to return
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """An output to return: as binary data or JSON, whole or as its top classes (the
+    classification extension: "score:index[:label]" strings, best first)."""
+
+    meta: TensorMeta
+    binary: bool
+    classes: int = 0
 
 
 def metadata(model: ServedModel, platform: str) -> dict[str, Any]:
@@ -102,6 +114,8 @@ def _tensor(item: dict, meta: TensorMeta, binary: memoryview) -> tuple[np.ndarra
     size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
     if size is not None:
         expected = meta.elements * dtype.itemsize
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise V2Error(f"input {meta.name}: binary_data_size must be a whole number of bytes")
         if size != expected:
             raise V2Error(f"input {meta.name} takes {expected} bytes of binary data, not {size}")
         if len(binary) < size:
@@ -132,12 +146,12 @@ def _tensor(item: dict, meta: TensorMeta, binary: memoryview) -> tuple[np.ndarra
     return values.astype(dtype).reshape(meta.shape), 0
 
 
-def _outputs(document: dict, model: ServedModel) -> list[tuple[TensorMeta, bool]]:
+def _outputs(document: dict, model: ServedModel) -> list[Wanted]:
     parameters = document.get("parameters") or {}
     binary_default = isinstance(parameters, dict) and parameters.get("binary_data_output") is True
     requested = document.get("outputs")
     if requested is None:
-        return [(meta, binary_default) for meta in model.outputs]
+        return [Wanted(meta, binary_default) for meta in model.outputs]
     if not isinstance(requested, list):
         raise V2Error('"outputs" must be a list')
     by_name = {meta.name: meta for meta in model.outputs}
@@ -150,8 +164,13 @@ def _outputs(document: dict, model: ServedModel) -> list[tuple[TensorMeta, bool]
                 + ", ".join(by_name)
             )
         options = item.get("parameters") or {}
-        binary = options.get("binary_data", binary_default) if isinstance(options, dict) else False
-        chosen.append((by_name[name], binary is True))
+        if not isinstance(options, dict):
+            raise V2Error(f'output {name}: "parameters" must be an object')
+        binary = options.get("binary_data", binary_default)
+        classes = options.get("classification", 0)
+        if not isinstance(classes, int) or isinstance(classes, bool) or not 0 <= classes <= 1000:
+            raise V2Error(f"output {name}: classification must be a count from 0 to 1000")
+        chosen.append(Wanted(by_name[name], binary is True, classes))
     return chosen
 
 
@@ -161,16 +180,20 @@ def reply(
     """The answer body and its extra headers."""
     index = {meta.name: i for i, meta in enumerate(model.outputs)}
     documents, blobs = [], []
-    for meta, binary in request.outputs:
+    for wanted in request.outputs:
+        meta = wanted.meta
         value = np.ascontiguousarray(outputs[index[meta.name]], dtype=meta.dtype)
-        shape = list(meta.shape) if value.size == meta.elements else list(value.shape)
-        document: dict[str, Any] = {"name": meta.name, "datatype": meta.datatype, "shape": shape}
-        if binary:
-            blob = value.tobytes()
+        if wanted.classes:
+            document, blob = _classified(meta, value, wanted, getattr(model, "labels", None))
+        else:
+            shape = list(meta.shape) if value.size == meta.elements else list(value.shape)
+            document = {"name": meta.name, "datatype": meta.datatype, "shape": shape}
+            blob = value.tobytes() if wanted.binary else None
+            if blob is None:
+                document["data"] = value.reshape(-1).tolist()
+        if blob is not None:
             document["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
-        else:
-            document["data"] = value.reshape(-1).tolist()
         documents.append(document)
     answer: dict[str, Any] = {"model_name": model.name, "model_version": VERSION}
     if request.id is not None:
@@ -180,3 +203,106 @@ def reply(
     if not blobs:
         return head, {}
     return head + b"".join(blobs), {"Inference-Header-Content-Length": str(len(head))}
+
+
+class Statistics:
+    """The statistics extension (GET /v2/models/stats, /v2/models/NAME/stats), as Triton's
+    client reads it: per model, inferences and their time in the queue and on the NPU."""
+
+    def __init__(self, names: list[str]) -> None:
+        self._lock = threading.Lock()
+        self._models = {name: _ModelStats() for name in names}
+
+    def record(self, name: str, queued: float, npu: float, postprocess: float) -> None:
+        stats = self._models.get(name)
+        if stats is None:
+            return
+        with self._lock:
+            stats.count += 1
+            stats.last = int(time.time() * 1000)
+            stats.queue_ns += int(queued * 1e9)
+            stats.infer_ns += int(npu * 1e9)
+            stats.output_ns += int(postprocess * 1e9)
+
+    def document(self, names: list[str]) -> dict[str, Any]:
+        with self._lock:
+            return {"model_stats": [self._models[name].document(name) for name in names]}
+
+
+@dataclass
+class _ModelStats:
+    count: int = 0
+    last: int = 0
+    queue_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def document(self, name: str) -> dict[str, Any]:
+        total = self.queue_ns + self.infer_ns + self.output_ns
+
+        def duration(ns: int) -> dict[str, int]:
+            return {"count": self.count, "ns": ns}
+
+        return {
+            "name": name,
+            "version": VERSION,
+            "last_inference": self.last,
+            "inference_count": self.count,
+            "execution_count": self.count,
+            "inference_stats": {
+                "success": duration(total),
+                "fail": {"count": 0, "ns": 0},
+                "queue": duration(self.queue_ns),
+                "compute_input": duration(0),
+                "compute_infer": duration(self.infer_ns),
+                "compute_output": duration(self.output_ns),
+                "cache_hit": {"count": 0, "ns": 0},
+                "cache_miss": {"count": 0, "ns": 0},
+            },
+            "batch_stats": [],
+        }
+
+
+def config(model: ServedModel, platform: str) -> dict[str, Any]:
+    """GET /v2/models/NAME/config, in the shape of Triton's model configuration."""
+
+    def tensor(meta: TensorMeta) -> dict[str, Any]:
+        return {"name": meta.name, "data_type": f"TYPE_{meta.datatype}", "dims": list(meta.shape)}
+
+    return {
+        "name": model.name,
+        "platform": platform,
+        "backend": platform,
+        "max_batch_size": 0,
+        "input": [tensor(meta) for meta in model.inputs],
+        "output": [tensor(meta) for meta in model.outputs],
+        "instance_group": [{"name": model.name, "kind": "KIND_MODEL", "count": 1}],
+    }
+
+
+def repository_index(names: list[str], ready: bool) -> list[dict[str, str]]:
+    state = "READY" if ready else "UNAVAILABLE"
+    return [{"name": name, "version": VERSION, "state": state} for name in names]
+
+
+def _classified(
+    meta: TensorMeta, value: np.ndarray, wanted: Wanted, labels: list[str] | None
+) -> tuple[dict[str, Any], bytes | None]:
+    """Triton's classification extension: the top classes of a flat output."""
+    flat = value.reshape(-1)
+    count = min(wanted.classes, flat.size)
+    best = np.argsort(-flat.astype(np.float64), kind="stable")[:count]
+    entries = []
+    for index in best:
+        label = labels[index] if labels is not None and index < len(labels) else None
+        text = f"{float(flat[index]):f}:{int(index)}"
+        entries.append(f"{text}:{label}" if label is not None else text)
+    document: dict[str, Any] = {"name": meta.name, "datatype": "BYTES", "shape": [count]}
+    if not wanted.binary:
+        document["data"] = entries
+        return document, None
+    blob = b"".join(
+        len(encoded).to_bytes(4, "little") + encoded
+        for encoded in (entry.encode() for entry in entries)
+    )
+    return document, blob

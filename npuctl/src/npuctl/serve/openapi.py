@@ -8,9 +8,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from . import routes
 
 if TYPE_CHECKING:
-    from .http import Service
+    from .service import Service
 
 _JSON = "application/json"
 
@@ -225,6 +226,34 @@ SCHEMAS: dict[str, Any] = {
             "outputs": {"type": "array", "items": _ref("V2Tensor")},
         },
     },
+    "V2Index": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "version": {"type": "string"},
+                "state": {"type": "string"},
+            },
+        },
+    },
+    "V2Statistics": {
+        "type": "object",
+        "required": ["model_stats"],
+        "properties": {"model_stats": {"type": "array", "items": {"type": "object"}}},
+    },
+    "V2Config": {
+        "type": "object",
+        "required": ["name", "platform", "input", "output"],
+        "properties": {
+            "name": {"type": "string"},
+            "platform": {"type": "string"},
+            "max_batch_size": {"type": "integer"},
+            "input": {"type": "array", "items": {"type": "object"}},
+            "output": {"type": "array", "items": {"type": "object"}},
+        },
+    },
     "V2Error": {
         "type": "object",
         "required": ["error"],
@@ -233,177 +262,82 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _TIMED = {
-    "headers": {
-        "Server-Timing": {
-            "description": "Where the request's time went, in milliseconds (W3C Server-Timing): "
-            "preprocess, queue, npu, postprocess, total; a vision answer adds decode and cpu "
-            "(the CPU time of the request's own thread apart from the decode).",
-            "schema": {"type": "string"},
-        }
+    "Server-Timing": {
+        "description": "Where the request's time went, in milliseconds (W3C Server-Timing): "
+        "preprocess, queue, npu, postprocess, total; a vision answer adds decode and cpu "
+        "(the CPU time of the request's own thread apart from the decode).",
+        "schema": {"type": "string"},
     }
 }
-
-_BUSY = {
-    "429": _answer("The NPU's queue is full; Retry-After says when to try again."),
-    "503": _answer("Loading, shutting down, past the deadline, or the NPU failed."),
+_ERROR_SCHEMA = {
+    routes.OPENAI: "OpenAIError",
+    routes.DEEPSTACK: "VisionError",
+    routes.V2: "V2Error",
+    routes.SERVER: "OpenAIError",
 }
+_RETRY = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "string"}}}
 
 
-def _vision(summary: str, schema: str) -> dict[str, Any]:
-    return {
-        "post": {
-            "summary": summary,
-            "requestBody": {
-                "required": True,
-                "content": {"multipart/form-data": {"schema": _ref("VisionForm")}},
-            },
-            "responses": {
-                "200": {**_answer("Found.", schema), **_TIMED},
-                "400": _answer(
-                    "Not a form, no image, not an image, too many pixels.", "VisionError"
-                ),
-                "401": _answer("A missing or wrong api_key.", "VisionError"),
-                "404": _answer("No model of this task is served.", "VisionError"),
-                **_BUSY,
+def _operation(route: routes.Route, names: list[str], secured: bool) -> dict[str, Any]:
+    error = _ERROR_SCHEMA[route.api]
+    responses = {
+        status: _answer(text, schema) for status, (text, schema) in route.responses.items()
+    }
+    if route.timed:
+        responses["200"]["headers"] = _TIMED
+    if route.body is not None:
+        responses["411"] = _answer("No Content-Length and no chunked body.", error)
+        responses["413"] = _answer("The body is over this route's limit.", error)
+        responses["408"] = _answer("The body took too long to arrive.", error)
+    if route.inference:
+        responses["429"] = {**_answer("The NPU's queue is full.", error), "headers": _RETRY}
+        responses["504"] = _answer("The NPU did not answer in time.", error)
+    responses["503"] = responses.get("503") or {
+        **_answer("Loading, shutting down, or the NPU failed.", error),
+        "headers": _RETRY,
+    }
+    operation: dict[str, Any] = {"summary": route.summary, "responses": responses}
+    if secured:
+        if route.public is None:
+            responses["401"] = _answer("A missing or wrong API key.", error)
+        else:
+            operation["security"] = []
+    parameters = [_parameter(name, names) for name in _path_parameters(route.path)]
+    if parameters:
+        operation["parameters"] = parameters
+    if route.request:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {
+                media: ({"schema": _ref(schema)} if schema else {})
+                for media, schema in route.request.items()
             },
         }
-    }
+    return operation
 
 
-def paths(names: list[str]) -> dict[str, Any]:
-    model = {
-        "name": "name",
-        "in": "path",
-        "required": True,
-        "schema": {"enum": names} if names else {"type": "string"},
-    }
-    v2_errors = {"404": _answer("No such model.", "V2Error")}
-    return {
-        "/health": {
-            "get": {
-                "summary": "The process answers.",
-                "responses": {"200": _answer("Alive.", "Health")},
-            }
-        },
-        "/ready": {
-            "get": {
-                "summary": "Every model's golden input gives its start-up answer.",
-                "responses": {
-                    "200": _answer("Ready.", "Health"),
-                    "503": _answer("Not ready.", "Health"),
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics, per model and per stage.",
-                "responses": {"200": {"description": "Metrics.", "content": {"text/plain": {}}}},
-            }
-        },
-        "/openapi.json": {
-            "get": {
-                "summary": "This document.",
-                "responses": {"200": {"description": "OpenAPI 3.1."}},
-            }
-        },
-        "/v1/models": {
-            "get": {
-                "summary": "The embedding models (OpenAI).",
-                "responses": {"200": _answer("Models.", "ModelList")},
-            }
-        },
-        "/v1/models/{model}": {
-            "get": {
-                "summary": "One embedding model (OpenAI).",
-                "parameters": [
-                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {
-                    "200": _answer("The model.", "Model"),
-                    "404": _answer("No such model.", "OpenAIError"),
-                },
-            }
-        },
-        "/v1/embeddings": {
-            "post": {
-                "summary": "Embeddings of texts and images (OpenAI).",
-                "requestBody": {
-                    "required": True,
-                    "content": {_JSON: {"schema": _ref("EmbeddingsRequest")}},
-                },
-                "responses": {
-                    "200": _answer("The vectors.", "Embeddings"),
-                    "400": _answer("Invalid input.", "OpenAIError"),
-                    "401": _answer("A missing or wrong API key.", "OpenAIError"),
-                    "404": _answer("No embedding model is served.", "OpenAIError"),
-                    **_BUSY,
-                },
-            }
-        },
-        "/v1/vision/detection": _vision(
-            "Objects in an image (DeepStack / CodeProject.AI).", "Detections"
-        ),
-        "/v1/vision/classification": _vision("The classes of an image, best first.", "Classes"),
-        "/v2": {
-            "get": {
-                "summary": "Server metadata (KServe v2).",
-                "responses": {"200": _answer("Metadata.", "V2Server")},
-            }
-        },
-        "/v2/health/live": {
-            "get": {"summary": "Live (KServe v2).", "responses": {"200": {"description": "Live."}}}
-        },
-        "/v2/health/ready": {
-            "get": {
-                "summary": "Ready (KServe v2).",
-                "responses": {
-                    "200": {"description": "Ready."},
-                    "503": {"description": "Not ready."},
-                },
-            }
-        },
-        "/v2/models/{name}": {
-            "get": {
-                "summary": "A model's tensors (KServe v2).",
-                "parameters": [model],
-                "responses": {"200": _answer("Metadata.", "V2Model"), **v2_errors},
-            }
-        },
-        "/v2/models/{name}/ready": {
-            "get": {
-                "summary": "A model is ready (KServe v2).",
-                "parameters": [model],
-                "responses": {
-                    "200": {"description": "Ready."},
-                    "503": {"description": "Not ready."},
-                    **v2_errors,
-                },
-            }
-        },
-        "/v2/models/{name}/infer": {
-            "post": {
-                "summary": "Raw tensors in and out (KServe v2; JSON or the binary-data extension).",
-                "parameters": [model],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        _JSON: {"schema": _ref("V2InferRequest")},
-                        "application/octet-stream": {
-                            "description": "Inference-Header-Content-Length bytes of JSON, "
-                            "then the tensors"
-                        },
-                    },
-                },
-                "responses": {
-                    "200": {**_answer("The outputs.", "V2InferResponse"), **_TIMED},
-                    "400": _answer("A tensor of the wrong name, shape or datatype.", "V2Error"),
-                    "401": _answer("A missing or wrong API key.", "V2Error"),
-                    **v2_errors,
-                    **_BUSY,
-                },
-            }
-        },
-    }
+def _path_parameters(path: str) -> list[str]:
+    return [part[1:-1].split(":")[0] for part in path.split("/") if part.startswith("{")]
+
+
+def _parameter(name: str, names: list[str]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    if name == "name" and names:
+        schema = {"enum": names}
+    elif name == "version":
+        schema = {"enum": ["1"]}
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def paths(names: list[str], secured: bool) -> dict[str, Any]:
+    """Each route of the table, as the document describes it (the deepstack catch-all, which
+    only answers 404 or 405, is described with its one method that clients call: POST)."""
+    document: dict[str, Any] = {}
+    for route in routes.ROUTES:
+        method = "post" if route.method == "*" else route.method.lower()
+        path = route.path.replace("{unserved:.*}", "{unserved}")
+        document.setdefault(path, {})[method] = _operation(route, names, secured)
+    return document
 
 
 def build(names: list[str], secured: bool) -> dict[str, Any]:
@@ -415,7 +349,7 @@ def build(names: list[str], secured: bool) -> dict[str, Any]:
             "description": "Inference on the board's NPU: OpenAI embeddings, DeepStack vision, "
             "and the open inference protocol (KServe v2).",
         },
-        "paths": paths(names),
+        "paths": paths(names, secured),
         "components": {"schemas": SCHEMAS},
     }
     if secured:

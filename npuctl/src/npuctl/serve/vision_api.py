@@ -1,16 +1,16 @@
 """The vision API of DeepStack and CodeProject.AI, which Frigate's deepstack detector and Home
 Assistant's DeepStack integrations call: a form with the image in the field 'image', optional
 'min_confidence' and 'api_key'; answers {"success": ..., "predictions": [...], "duration": ...}
-with boxes in the sent image's pixels. No I/O here."""
+with boxes in the sent image's pixels, best first, at most as many as Frigate reads. No I/O
+here: the form comes read (aiohttp parses it)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from . import forms
 
 if TYPE_CHECKING:
     from ..vision import Detection
@@ -31,23 +31,22 @@ class VisionRequest:
     top_k: int
 
 
-def parse(body: bytes, content_type: str) -> VisionRequest:
-    try:
-        fields = forms.parse(body, content_type)
-    except forms.FormError as error:
-        raise VisionError(str(error)) from None
+def parse(fields: Mapping[str, bytes]) -> VisionRequest:
+    """The request from the form's fields (the first of each name)."""
     image = fields.get("image")
     if not image:
         raise VisionError("the form has no image: send it as the file field 'image'")
     return VisionRequest(
         image,
         _number(fields, "min_confidence", DEFAULT_MIN_CONFIDENCE, 0.0, 1.0),
-        fields.get("api_key"),
+        fields.get("api_key") or None,
         int(_number(fields, "top_k", DEFAULT_TOP_K, 1, 1000)),
     )
 
 
-def _number(fields: dict[str, bytes], name: str, default: float, low: float, high: float) -> float:
+def _number(
+    fields: Mapping[str, bytes], name: str, default: float, low: float, high: float
+) -> float:
     raw = fields.get(name)
     if raw is None or not raw.strip():
         return default
@@ -60,18 +59,32 @@ def _number(fields: dict[str, bytes], name: str, default: float, low: float, hig
     return value
 
 
-def detection_reply(detections: list[Detection], seconds: float) -> bytes:
-    predictions = [
-        {
-            "label": d.label,
-            "confidence": round(d.score, 4),
-            "x_min": round(d.box[0]),
-            "y_min": round(d.box[1]),
-            "x_max": round(d.box[2]),
-            "y_max": round(d.box[3]),
-        }
-        for d in detections
-    ]
+def detection_reply(
+    detections: list[Detection], size: tuple[int, int], limit: int, seconds: float
+) -> bytes:
+    """Best first, at most ``limit``; each box inside the picture with x_min <= x_max and
+    y_min <= y_max in whole pixels, and a box with no area left out."""
+    width, height = size
+    predictions = []
+    for d in sorted(detections, key=lambda d: -d.score):
+        x_min, y_min, x_max, y_max = (
+            min(max(round(value), 0), bound)
+            for value, bound in zip(d.box, (width, height, width, height), strict=True)
+        )
+        if x_min >= x_max or y_min >= y_max:
+            continue
+        predictions.append(
+            {
+                "label": d.label,
+                "confidence": round(d.score, 4),
+                "x_min": x_min,
+                "y_min": y_min,
+                "x_max": x_max,
+                "y_max": y_max,
+            }
+        )
+        if len(predictions) == limit:
+            break
     return _document(
         {"success": True, "predictions": predictions, "count": len(predictions)}, seconds
     )

@@ -11,7 +11,7 @@ import numpy as np
 
 from npuctl.embedder import JobReuse, Prepared, Rejected
 from npuctl.errors import InputError, NpuctlError
-from npuctl.images import decode_rgb
+from npuctl.images import ImageFormatError, decode_rgb
 
 from .commands import clip_input, load_tokenizer
 from .noe.binding import dequantize
@@ -82,6 +82,8 @@ class ClipEmbedder:
             )
         try:
             picture = decode_rgb(data, self.max_pixels)
+        except ImageFormatError as error:
+            raise Rejected(str(error), "unsupported_media_type") from None
         except InputError as error:
             raise Rejected(str(error), "invalid_image") from None
         return Prepared("image", clip_input(picture, self.runtime.models["clip-visual"].inputs[0]))

@@ -1,0 +1,469 @@
+"""The HTTP side of npuctl serve, on aiohttp (which parses, frames, decompresses and reads
+forms): the routes of .routes, each error in its own API's shape, the key checked before a
+body is parsed where the key can be elsewhere, every body held to its route's limit and
+timeout, and the work itself on the server's request threads (an NPU call blocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiohttp import web
+
+from .. import __version__
+from . import api, auth, kserve, openapi, routes, vision_api
+from .connections import Guard
+from .metrics import CONTENT_TYPE
+from .models import CLASSIFICATION, DETECTION
+from .routes import DEEPSTACK, UPLOAD, V2, Route
+from .service import ClientGone, Service, unauthorized
+
+log = logging.getLogger("npuctl.serve")
+
+JSON = "application/json"
+ENCODINGS = ("identity", "gzip", "deflate")  # request bodies aiohttp decompresses for us
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_body(shape: str, error: api.ApiError) -> bytes:
+    """The error as the client of that API parses it."""
+    if shape == DEEPSTACK:
+        return vision_api.error_body(error.status, str(error))
+    if shape == V2:
+        return json.dumps({"error": str(error)}).encode()
+    return error.body()
+
+
+def _json(document: object, status: int = 200) -> web.Response:
+    body = json.dumps(document, separators=(",", ":")).encode()
+    return web.Response(body=body, status=status, content_type=JSON)
+
+
+class Api:
+    """The routes' coroutines; what they share is the Service."""
+
+    def __init__(self, service: Service, guards: Mapping[Any, Guard]) -> None:
+        self.service = service
+        self.guards = guards
+        limits = service.limits
+        # Threads for the blocking work: one per request in flight, as many as connections.
+        self.threads = ThreadPoolExecutor(
+            max_workers=2 * limits.max_connections, thread_name_prefix="request"
+        )
+
+    # -- the application ------------------------------------------------------------------
+    def application(self) -> web.Application:
+        limits = self.service.limits
+        app = web.Application(
+            client_max_size=max(limits.max_body, limits.max_upload),
+            middlewares=[self._answer],
+        )
+        for route in routes.ROUTES:
+            handler = self._bound(route)
+            expect = functools.partial(self._expect, route)
+            methods = ("GET", "HEAD") if route.method == "GET" else (route.method,)
+            for method in methods:
+                app.router.add_route(method, route.path, handler, expect_handler=expect)
+        app.on_response_prepare.append(_server_header)
+        return app
+
+    def _bound(self, route: Route) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await getattr(self, route.handler)(request)
+
+        handler.route = route  # type: ignore[attr-defined]
+        return handler
+
+    @web.middleware
+    async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every answer: in flight for draining, counted, and each failure in its API's shape."""
+        service = self.service
+        started = time.perf_counter()
+        route: Route | None = getattr(handler, "route", None)
+        shape = route.api if route else routes.api_of(request.path)
+        guard = self.guards.get(request.transport)
+        if guard is not None:
+            guard.request_started()
+        service.begin()
+        try:
+            response = await self._checked(request, handler, route, shape)
+        finally:
+            service.end()
+            if guard is not None:
+                guard.request_finished(request.content.is_eof())
+        expected = request.headers.get("Expect", "").lower() == "100-continue"
+        if service.draining.is_set() or (expected and not request.content.is_eof()):
+            # Draining; or a refused body its client will never send (aiohttp 3.8 ignores
+            # an answer of the expect handler, so a refusal can come from here as well).
+            response.force_close()
+            response.headers["Connection"] = "close"
+        # Counted before it is sent: a client reading /metrics next finds its request there.
+        service.metrics.answered(
+            route.path if route else "other", response.status, time.perf_counter() - started
+        )
+        return response
+
+    async def _checked(
+        self, request: web.Request, handler: Handler, route: Route | None, shape: str
+    ) -> web.StreamResponse:
+        service = self.service
+        try:
+            if service.draining.is_set():
+                raise api.ApiError(
+                    503,
+                    "the server is shutting down: retry on another",
+                    "shutting_down",
+                    kind="shutting_down",
+                    headers={"Retry-After": "5"},
+                )
+            if route is not None:
+                self._authorize_header(request, route)
+                self._bodies(request, route)
+            return await handler(request)
+        except api.ApiError as error:
+            return self._error(shape, error)
+        except web.HTTPException as error:  # the router's 404 and 405, aiohttp's 413
+            return self._error(shape, _from_http(error, request))
+        except ClientGone:
+            service.metrics.errors.labels("cancelled").inc()
+            return web.Response(status=499)  # nobody reads it
+        except Exception:  # a bug must cost one request, not the server
+            log.exception("internal error answering %s %s", request.method, request.path[:200])
+            return self._error(
+                shape,
+                api.ApiError(
+                    500, "internal error (see the service log)", "internal", kind="internal"
+                ),
+            )
+
+    def _error(self, shape: str, error: api.ApiError) -> web.Response:
+        self.service.metrics.errors.labels(error.kind).inc()
+        response = web.Response(
+            body=error_body(shape, error),
+            status=error.status,
+            content_type=JSON,
+            headers=error.headers,
+        )
+        return response
+
+    # -- what a request must be before its body is read ----------------------------------
+    def _keyed(self, route: Route) -> bool:
+        return self.service.key is not None and route.public not in self.service.public
+
+    def _authorize_header(self, request: web.Request, route: Route) -> None:
+        """The key from the Authorization header. DeepStack's clients may send it as a form
+        field instead: their routes check it once the form is read (and before the image is
+        decoded)."""
+        if not self._keyed(route) or route.api == DEEPSTACK:
+            return
+        if not self.service.authorized(auth.bearer(request.headers)):
+            raise unauthorized()
+
+    def _bodies(self, request: web.Request, route: Route) -> None:
+        if route.body is None:
+            return
+        limits = self.service.limits
+        limit = limits.max_upload if route.body == UPLOAD else limits.max_body
+        if request.content_length is not None and request.content_length > limit:
+            raise _too_large(request.content_length, limit, route)
+        chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+        if request.method == "POST" and request.content_length is None and not chunked:
+            raise api.ApiError(
+                411, "a Content-Length header (or a chunked body) is required", "length_required"
+            )
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ENCODINGS:
+            raise api.ApiError(
+                415,
+                f"Content-Encoding {encoding[:40]!r} is not read here: send gzip, deflate or none",
+                "unsupported_media_type",
+            )
+
+    async def _expect(self, route: Route, request: web.Request) -> web.StreamResponse | None:
+        """Expect: 100-continue (curl sends it above 1 MiB): a body that would be refused is
+        refused before the client sends it, in the route's shape."""
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return self._error(
+                route.api,
+                api.ApiError(417, "only 100-continue is understood", "expectation_failed"),
+            )
+        try:
+            self._authorize_header(request, route)
+            self._bodies(request, route)
+        except api.ApiError as error:
+            response = self._error(route.api, error)
+            # The body never comes: nothing is left to read (aiohttp 3.8 writes no header
+            # for force_close here, so it is said too).
+            response.force_close()
+            response.headers["Connection"] = "close"
+            self.service.metrics.answered(route.path, error.status, 0.0)
+            return response
+        if request.version >= (1, 1):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return None
+
+    # -- bodies ---------------------------------------------------------------------------
+    async def _read(self, request: web.Request, route: Route) -> bytes:
+        limits = self.service.limits
+        limit = limits.max_upload if route.body == UPLOAD else limits.max_body
+        try:
+            body = await asyncio.wait_for(request.read(), limits.body_timeout)
+        except TimeoutError:
+            raise _too_slow(limits.body_timeout) from None
+        if len(body) > limit:  # a chunked or compressed body says its size only at the end
+            raise _too_large(len(body), limit, route)
+        return body
+
+    async def _form(self, request: web.Request) -> dict[str, bytes]:
+        """The form's fields by name (the first of repeated names), files as their bytes."""
+        media = request.content_type
+        if media not in ("multipart/form-data", "application/x-www-form-urlencoded"):
+            raise api.ApiError(
+                400,
+                f"the body is {media or 'of no type'}, not a form: send multipart/form-data "
+                "with the image in the field 'image'",
+                "invalid_request",
+            )
+        timeout = self.service.limits.body_timeout
+        try:
+            form = await asyncio.wait_for(request.post(), timeout)
+        except TimeoutError:
+            raise _too_slow(timeout) from None
+        except (ValueError, AssertionError, LookupError, UnicodeDecodeError) as error:
+            raise api.ApiError(
+                400, f"the form is not well formed ({error})"[:300], "invalid_request"
+            ) from None
+        fields: dict[str, bytes] = {}
+        for name, value in form.items():
+            if name in fields:
+                continue
+            if isinstance(value, str):
+                fields[name] = value.encode()
+            elif isinstance(value, (bytes, bytearray)):
+                fields[name] = bytes(value)
+            else:  # a file: aiohttp spooled it
+                fields[name] = value.file.read()
+        return fields
+
+    async def _blocking(self, function: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.threads, functools.partial(function, *args))
+
+    @staticmethod
+    def _peer_gone(request: web.Request) -> Callable[[], bool]:
+        def gone() -> bool:
+            transport = request.transport
+            return transport is None or transport.is_closing()
+
+        return gone
+
+    # -- the server's own routes ----------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        ok, reason = self.service.healthy()
+        return _json(
+            {"status": "ok"} if ok else {"status": "unhealthy", "reason": reason},
+            200 if ok else 503,
+        )
+
+    async def ready(self, request: web.Request) -> web.Response:
+        ok, reason = await self._blocking(self.service.ready)
+        return _json(
+            {"status": "ready" if ok else "unavailable", "reason": reason}, 200 if ok else 503
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        response = web.Response(body=self.service.metrics.render())
+        response.headers["Content-Type"] = CONTENT_TYPE
+        return response
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.Response(body=openapi.document(self.service), content_type=JSON)
+
+    # -- OpenAI ---------------------------------------------------------------------------
+    def _model_list(self) -> list[dict[str, Any]]:
+        service = self.service
+        return [
+            {"id": name, "object": "model", "created": service.created, "owned_by": "npuctl"}
+            for name in service.model_names
+        ]
+
+    async def models(self, request: web.Request) -> web.Response:
+        return _json({"object": "list", "data": self._model_list()})
+
+    async def model(self, request: web.Request) -> web.Response:
+        wanted = request.match_info["model"]
+        for model in self._model_list():
+            if model["id"] == wanted:
+                return _json(model)
+        raise api.ApiError(
+            404,
+            f"the model {wanted[:100]!r} does not exist",
+            "model_not_found",
+            kind="model_not_found",
+        )
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = await self._read(request, _route(request))
+        answer = await self._blocking(self.service.embed, body, self._peer_gone(request))
+        return web.Response(body=answer, content_type=JSON)
+
+    # -- DeepStack ------------------------------------------------------------------------
+    async def detection(self, request: web.Request) -> web.Response:
+        return await self._vision(request, DETECTION)
+
+    async def classification(self, request: web.Request) -> web.Response:
+        return await self._vision(request, CLASSIFICATION)
+
+    async def _vision(self, request: web.Request, task: str) -> web.Response:
+        fields = await self._form(request)
+        route = _route(request)
+        if self._keyed(route) and not self.service.authorized(
+            fields.get("api_key"), auth.bearer(request.headers)
+        ):
+            raise unauthorized()
+        try:
+            asked = vision_api.parse(fields)
+        except vision_api.VisionError as error:
+            raise api.ApiError(400, str(error), "invalid_request") from None
+        body, headers = await self._blocking(
+            self.service.vision, task, asked, self._peer_gone(request)
+        )
+        return web.Response(body=body, content_type=JSON, headers=headers)
+
+    async def deepstack_unserved(self, request: web.Request) -> web.Response:
+        name = request.match_info["unserved"]
+        if name in (DETECTION, CLASSIFICATION):
+            raise api.ApiError(
+                405, f"use POST /v1/vision/{name}", "method_not_allowed", headers={"Allow": "POST"}
+            )
+        raise api.ApiError(
+            404,
+            f"this server does not offer /v1/vision/{name[:100]}: it serves "
+            "/v1/vision/detection and /v1/vision/classification",
+            "not_found",
+            kind="not_found",
+        )
+
+    # -- KServe v2 ------------------------------------------------------------------------
+    async def v2_server(self, request: web.Request) -> web.Response:
+        extensions = ["binary_tensor_data", "classification", "statistics", "model_repository"]
+        return _json({"name": "npuctl", "version": __version__, "extensions": extensions})
+
+    async def v2_live(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.service.healthy()[0] else 503)
+
+    async def v2_ready(self, request: web.Request) -> web.Response:
+        ok, _ = await self._blocking(self.service.ready)
+        return web.Response(status=200 if ok else 503)
+
+    async def v2_index(self, request: web.Request) -> web.Response:
+        await self._read_small(request)
+        ready = self.service.loaded.is_set()
+        return _json(kserve.repository_index(list(self.service.serving.models), ready))
+
+    async def v2_all_stats(self, request: web.Request) -> web.Response:
+        return _json(self.service.stats.document(list(self.service.serving.models)))
+
+    def _v2_model(self, request: web.Request) -> str:
+        name = request.match_info["name"]
+        version = request.match_info.get("version", kserve.VERSION)
+        model = self.service.v2_model(name)  # 404 for an unknown name
+        if version != kserve.VERSION:
+            raise api.ApiError(
+                404,
+                f"{name} has version {kserve.VERSION} only, not {version[:20]!r}",
+                "model_not_found",
+                kind="model_not_found",
+            )
+        return model.name
+
+    async def v2_model(self, request: web.Request) -> web.Response:
+        model = self.service.v2_model(self._v2_model(request))
+        return _json(kserve.metadata(model, self.service.platform))
+
+    async def v2_model_ready(self, request: web.Request) -> web.Response:
+        self._v2_model(request)
+        ok, _ = await self._blocking(self.service.ready)
+        return web.Response(status=200 if ok else 503)
+
+    async def v2_config(self, request: web.Request) -> web.Response:
+        model = self.service.v2_model(self._v2_model(request))
+        return _json(kserve.config(model, self.service.platform))
+
+    async def v2_stats(self, request: web.Request) -> web.Response:
+        return _json(self.service.stats.document([self._v2_model(request)]))
+
+    async def v2_infer(self, request: web.Request) -> web.Response:
+        name = self._v2_model(request)
+        body = await self._read(request, _route(request))
+        answer, headers = await self._blocking(
+            self.service.v2_infer, name, body, request.headers, self._peer_gone(request)
+        )
+        binary = any(key.lower() == kserve.HEADER_LENGTH for key in headers)
+        response = web.Response(body=answer, headers=headers)
+        response.content_type = "application/octet-stream" if binary else JSON
+        return response
+
+    async def _read_small(self, request: web.Request) -> bytes:
+        """A body the route ignores (the index's optional filter), read within the text limit."""
+        route = Route("POST", request.path, "", V2, "", body=routes.TEXT)
+        return await self._read(request, route)
+
+
+def _route(request: web.Request) -> Route:
+    return request.match_info.handler.route  # type: ignore[attr-defined]
+
+
+def _too_large(size: int, limit: int, route: Route) -> api.ApiError:
+    flag = "--max-upload" if route.body == UPLOAD else "--max-body"
+    return api.ApiError(
+        413,
+        f"the body is {size:,} bytes, over this route's limit of {limit:,} (split the "
+        f"request, or raise {flag})",
+        "request_too_large",
+        kind="too_large",
+    )
+
+
+def _too_slow(seconds: float) -> api.ApiError:
+    return api.ApiError(
+        408,
+        f"the body took over {seconds:g} s to arrive",
+        "request_timeout",
+        kind="slow_client",
+        headers={"Connection": "close"},
+    )
+
+
+def _from_http(error: web.HTTPException, request: web.Request) -> api.ApiError:
+    """aiohttp's own refusals (the router's 404 and 405, a body over the size limit) as this
+    server's errors."""
+    status = error.status
+    if status == 404:
+        return api.ApiError(
+            404, f"no such endpoint: {request.path[:200]}", "not_found", kind="not_found"
+        )
+    if status == 405:
+        allowed = error.headers.get("Allow", "")
+        return api.ApiError(
+            405,
+            f"{request.method} is not served here: use {allowed}",
+            "method_not_allowed",
+            kind="invalid_request",
+            headers={"Allow": allowed},
+        )
+    if status == 413:
+        return api.ApiError(
+            413, str(error.text or error.reason), "request_too_large", kind="too_large"
+        )
+    return api.ApiError(status, error.reason, "invalid_request")
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = "npuctl-serve"

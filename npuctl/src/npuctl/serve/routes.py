@@ -1,0 +1,270 @@
+"""Every route npuctl serve answers, once: the router (.app), the OpenAPI document (.openapi)
+and the route list in docs/serving.md are all made from this table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Whose error shape a route answers in (a client parses its own API's errors only).
+OPENAI, DEEPSTACK, V2, SERVER = "openai", "deepstack", "v2", "server"
+# What bounds a body: the text limit (--max-body) or the upload limit (--max-upload).
+TEXT, UPLOAD = "text", "upload"
+JSON, FORM, BINARY = "application/json", "multipart/form-data", "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str  # GET (HEAD too), POST, or * (any)
+    path: str  # aiohttp's pattern: {name} is a path parameter
+    handler: str  # the coroutine of .app.Api that answers it
+    api: str  # whose error shape (OPENAI, DEEPSTACK, V2, SERVER)
+    summary: str
+    public: str | None = None  # the --public group that opens it without the key
+    body: str | None = None  # the limit its body is held to (TEXT, UPLOAD); None: no body
+    request: dict[str, str | None] = field(default_factory=dict)  # media type -> schema
+    responses: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # status ->
+    # (description, schema); 401, 413, 429 and 503 are added from the route's other facts
+    inference: bool = False  # reaches the NPU: 429 (queue full) and 503/504 may answer
+    timed: bool = False  # answers carry Server-Timing
+
+
+def _v2_model(path: str, **more: object) -> Route:
+    return Route(path=path, **more)  # type: ignore[arg-type]
+
+
+_MODEL = ("404", ("No such model.", "V2Error"))
+_DEEPSTACK_UNSERVED = "A DeepStack route this server does not offer (scene, face, custom models)."
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "GET",
+        "/health",
+        "health",
+        SERVER,
+        "The process answers and the NPU is not hung.",
+        public="health",
+        responses={"200": ("Alive.", "Health"), "503": ("An NPU call hung.", "Health")},
+    ),
+    Route(
+        "GET",
+        "/ready",
+        "ready",
+        SERVER,
+        "Every model's golden input gives its start-up answer.",
+        public="health",
+        responses={"200": ("Ready.", "Health"), "503": ("Not ready.", "Health")},
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        "metrics",
+        SERVER,
+        "Prometheus metrics, per model and per stage.",
+        public="metrics",
+        responses={"200": ("Metrics (Prometheus text).", None)},
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        "openapi",
+        SERVER,
+        "This document.",
+        public="openapi",
+        responses={"200": ("OpenAPI 3.1.", None)},
+    ),
+    Route(
+        "GET",
+        "/v1/models",
+        "models",
+        OPENAI,
+        "The embedding models (OpenAI).",
+        responses={"200": ("Models.", "ModelList")},
+    ),
+    Route(
+        "GET",
+        "/v1/models/{model}",
+        "model",
+        OPENAI,
+        "One embedding model (OpenAI).",
+        responses={"200": ("The model.", "Model"), "404": ("No such model.", "OpenAIError")},
+    ),
+    Route(
+        "POST",
+        "/v1/embeddings",
+        "embeddings",
+        OPENAI,
+        "Embeddings of texts and images (OpenAI).",
+        body=TEXT,
+        request={JSON: "EmbeddingsRequest"},
+        inference=True,
+        responses={
+            "200": ("The vectors.", "Embeddings"),
+            "400": ("Invalid input.", "OpenAIError"),
+            "404": ("No such embedding model.", "OpenAIError"),
+            "415": ("An image in none of the formats served.", "OpenAIError"),
+        },
+    ),
+    Route(
+        "POST",
+        "/v1/vision/detection",
+        "detection",
+        DEEPSTACK,
+        "Objects in an image, best first (DeepStack / CodeProject.AI).",
+        body=UPLOAD,
+        request={FORM: "VisionForm", "application/x-www-form-urlencoded": "VisionForm"},
+        inference=True,
+        timed=True,
+        responses={
+            "200": ("Found.", "Detections"),
+            "400": ("Not a form, no image, a broken image, too many pixels.", "VisionError"),
+            "404": ("No detection model is served.", "VisionError"),
+            "415": ("Not a JPEG, PNG, WebP or BMP image.", "VisionError"),
+        },
+    ),
+    Route(
+        "POST",
+        "/v1/vision/classification",
+        "classification",
+        DEEPSTACK,
+        "The classes of an image, best first.",
+        body=UPLOAD,
+        request={FORM: "VisionForm", "application/x-www-form-urlencoded": "VisionForm"},
+        inference=True,
+        timed=True,
+        responses={
+            "200": ("Found.", "Classes"),
+            "400": ("Not a form, no image, a broken image, too many pixels.", "VisionError"),
+            "404": ("No classification model is served.", "VisionError"),
+            "415": ("Not a JPEG, PNG, WebP or BMP image.", "VisionError"),
+        },
+    ),
+    Route(
+        "*",
+        "/v1/vision/{unserved:.*}",
+        "deepstack_unserved",
+        DEEPSTACK,
+        _DEEPSTACK_UNSERVED,
+        body=UPLOAD,
+        responses={"404": ("Not offered here.", "VisionError")},
+    ),
+    Route(
+        "GET",
+        "/v2",
+        "v2_server",
+        V2,
+        "Server metadata (KServe v2).",
+        responses={"200": ("Metadata.", "V2Server")},
+    ),
+    Route(
+        "GET",
+        "/v2/health/live",
+        "v2_live",
+        V2,
+        "Live (KServe v2).",
+        public="health",
+        responses={"200": ("Live.", None)},
+    ),
+    Route(
+        "GET",
+        "/v2/health/ready",
+        "v2_ready",
+        V2,
+        "Ready (KServe v2).",
+        public="health",
+        responses={"200": ("Ready.", None), "503": ("Not ready.", None)},
+    ),
+    Route(
+        "POST",
+        "/v2/repository/index",
+        "v2_index",
+        V2,
+        "The model repository's index (Triton).",
+        responses={"200": ("The models and their state.", "V2Index")},
+    ),
+    Route(
+        "GET",
+        "/v2/models/stats",
+        "v2_all_stats",
+        V2,
+        "Every model's statistics (the statistics extension).",
+        responses={"200": ("Statistics.", "V2Statistics")},
+    ),
+    *(
+        route
+        for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
+        for route in (
+            _v2_model(
+                f"{prefix}",
+                method="GET",
+                handler="v2_model",
+                api=V2,
+                summary="A model's tensors (KServe v2).",
+                responses={"200": ("Metadata.", "V2Model"), "404": _MODEL[1]},
+            ),
+            _v2_model(
+                f"{prefix}/ready",
+                method="GET",
+                handler="v2_model_ready",
+                api=V2,
+                summary="A model is ready (KServe v2).",
+                responses={"200": ("Ready.", None), "503": ("Not ready.", None), "404": _MODEL[1]},
+            ),
+            _v2_model(
+                f"{prefix}/config",
+                method="GET",
+                handler="v2_config",
+                api=V2,
+                summary="A model's configuration (Triton).",
+                responses={"200": ("The configuration.", "V2Config"), "404": _MODEL[1]},
+            ),
+            _v2_model(
+                f"{prefix}/stats",
+                method="GET",
+                handler="v2_stats",
+                api=V2,
+                summary="A model's statistics (the statistics extension).",
+                responses={"200": ("Statistics.", "V2Statistics"), "404": _MODEL[1]},
+            ),
+            _v2_model(
+                f"{prefix}/infer",
+                method="POST",
+                handler="v2_infer",
+                api=V2,
+                summary="Raw tensors in and out (KServe v2; JSON or the binary-data "
+                "extension, gzip or deflate bodies).",
+                body=UPLOAD,
+                request={JSON: "V2InferRequest", BINARY: None},
+                inference=True,
+                timed=True,
+                responses={
+                    "200": ("The outputs.", "V2InferResponse"),
+                    "400": ("A tensor of the wrong name, shape or datatype.", "V2Error"),
+                    "404": _MODEL[1],
+                    "415": ("A Content-Encoding other than gzip or deflate.", "V2Error"),
+                },
+            ),
+        )
+    ),
+)
+
+PUBLIC_GROUPS = tuple(sorted({route.public for route in ROUTES if route.public}))
+
+
+def api_of(path: str) -> str:
+    """Whose error shape a path that matched no route answers in."""
+    if path.startswith("/v1/vision/"):
+        return DEEPSTACK
+    if path == "/v2" or path.startswith("/v2/"):
+        return V2
+    return OPENAI
+
+
+def listing() -> str:
+    """The routes as docs/serving.md lists them (generated: make docs-tables)."""
+    lines = ["| method | path | API | without the key |", "|---|---|---|---|"]
+    for route in ROUTES:
+        public = f"with `--public {route.public}`" if route.public else "no"
+        method = "any" if route.method == "*" else route.method
+        path = route.path.replace("{unserved:.*}", "{other}")
+        lines.append(f"| {method} | `{path}` | {route.api} | {public} |")
+    return "\n".join(lines) + "\n"
