@@ -22,7 +22,7 @@ PACKAGE ?= aipu-dkms
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
-	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables emu-tables docs-tables clean
+	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
 
 # arm64 emulation is switched on again each time (a reboot or a new container loses it).
 deps: $(DEPS_STAMP)
@@ -223,5 +223,9 @@ matrix-tables: $(DEPS_STAMP)
 emu-tables: $(DEPS_STAMP)
 	$(PY) -m rocket_emu.tables $(DIST)/rocket-emu.json docs/emulated-board-results.md
 
+## serve-tables: docs/serving.md's routes and limits, from npuctl serve's own route table and options
+serve-tables: $(DEPS_STAMP)
+	$(PY) -m serve_tables docs/serving.md
+
 ## docs-tables: every generated table of docs/
-docs-tables: bench-tables matrix-tables emu-tables
+docs-tables: bench-tables matrix-tables emu-tables serve-tables

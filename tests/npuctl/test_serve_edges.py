@@ -1,0 +1,389 @@
+# ruff: noqa: F811  (the fixture imported below is a parameter of the tests)
+"""npuctl serve at the edges a client, a camera or an attacker reaches, each as they send it:
+endless and slow heads, forms and tensors that once answered 500, picture bombs, the signals
+systemd sends, and what DeepStack's, OpenAI's and Triton's clients expect of 404, 405, 413
+and the extensions. After each: no 5xx, no traceback in the log, /health 200."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from .conftest import Board
+from .serve_process import Server, start
+from .test_serve_vision import KEY, curl_form, yolo_board  # noqa: F401 - a fixture
+
+V2_TEXT = {"inputs": [{"name": "input_ids", "datatype": "INT32", "shape": [1, 77]}]}
+
+
+def served_and_clean(server: Server) -> None:
+    assert server.request("GET", "/health").status == 200
+    assert "Traceback" not in server.stderr, server.stderr
+    assert not re.search(r"\b5\d\d\b.*internal", server.stderr)
+
+
+def rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+# -- heads ---------------------------------------------------------------------------------
+def test_an_endless_header_is_cut_at_the_limit_with_431(clip_board: Board) -> None:
+    server = start(clip_board.env)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+            sent = 0
+            try:
+                while sent < 64 * 1024 * 1024:
+                    raw.sendall(b"a" * 65536)
+                    sent += 65536
+            except OSError:  # closed once it had answered
+                pass
+            endless = raw.recv(65536)
+        assert endless.startswith(b"HTTP/1.1 431"), endless[:200]
+        assert sent < 8 * 1024 * 1024, "the server read far past its head limit"
+        body = json.loads(endless.partition(b"\r\n\r\n")[2])
+        assert body["error"]["code"] == "headers_too_large"
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_head_sent_slowly_is_closed_at_the_head_timeout(clip_board: Board) -> None:
+    server = start(clip_board.env, "--head-timeout", "1", "--body-timeout", "30")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as slow:
+            slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            began = time.monotonic()
+            answer = slow.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+            assert time.monotonic() - began < 5
+        # A body is held to its own timeout, not the head's: this upload takes 2 s.
+        document = json.dumps({"input": "slow body"}).encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as upload:
+            upload.sendall(
+                b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                % len(document)
+            )
+            for byte in range(len(document)):
+                upload.sendall(document[byte : byte + 1])
+                if byte % 10 == 0:
+                    time.sleep(0.1)  # a slow sender, not synchronisation
+            assert upload.recv(100).startswith(b"HTTP/1.1 200")
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+# -- what once answered 500 ----------------------------------------------------------------
+def test_an_urlencoded_form_of_many_fields_is_a_4xx_in_deepstack_shape(yolo_board, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    for extra in ((), ("--api-key-file", str(key_file))):
+        server = start(yolo_board.env, "--models", "yolo", *extra)
+        try:
+            fields = "&".join(f"f{n}=v" for n in range(33)).encode()
+            answer = server.request(
+                "POST", "/v1/vision/detection", fields,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )  # fmt: skip
+            assert answer.status == (401 if extra else 400), answer.body
+            assert answer.json()["success"] is False
+            served_and_clean(server)
+        finally:
+            assert server.stop() == 0
+
+
+def test_a_binary_data_size_that_is_not_a_whole_number_is_400(clip_board: Board) -> None:
+    server = start(clip_board.env)
+    try:
+        tensor = np.zeros((1, 77), dtype=np.int32).tobytes()
+        head = json.dumps(
+            {"inputs": [{**V2_TEXT["inputs"][0], "parameters": {"binary_data_size": 308.0}}]}
+        ).encode()
+        answer = server.request(
+            "POST", "/v2/models/clip-text/infer", head + tensor,
+            headers={"Inference-Header-Content-Length": str(len(head)),
+                     "Content-Type": "application/octet-stream"},
+        )  # fmt: skip
+        assert answer.status == 400 and "whole number" in answer.json()["error"]
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+# -- pictures --------------------------------------------------------------------------------
+def test_picture_bombs_at_once_leave_the_memory_where_it_was(yolo_board, tmp_path):
+    """1-bit PNGs of 7000 x 7000: a few kilobytes each, 147 MB each decoded; eight at once."""
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (7000, 7000)).save(bomb)
+    eps = tmp_path / "picture.eps"
+    eps.write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n")
+    server = start(yolo_board.env, "--models", "yolo")
+    try:
+        for _ in range(3):  # warm: the model and a first picture's buffers
+            assert curl_form(server, "/v1/vision/detection", f"image=@{bomb}")[0] == 200
+        warm = rss_kib(server.process.pid)
+        statuses: list[int] = []
+
+        def post() -> None:
+            statuses.append(curl_form(server, "/v1/vision/detection", f"image=@{bomb}")[0])
+
+        threads = [threading.Thread(target=post) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert statuses == [200] * 8
+        after = rss_kib(server.process.pid)
+        assert after <= 1.2 * warm + 64 * 1024, (warm, after)
+        status, answer = curl_form(server, "/v1/vision/detection", f"image=@{eps}")
+        assert status == 415 and "JPEG, PNG, WebP or BMP" in answer["error"]
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_4k_snapshot_is_taken_and_a_413_comes_in_the_routes_shape(yolo_board, tmp_path):
+    """Home Assistant sends the camera's full frame; curl sends Expect: 100-continue above
+    1 MiB, and a 413 must come in DeepStack's shape with it and without it."""
+    rng = np.random.default_rng(4)
+    snapshot = tmp_path / "4k.jpg"
+    Image.fromarray(rng.integers(0, 256, (2160, 3840, 3), dtype=np.uint8)).save(
+        snapshot, quality=90
+    )
+    assert snapshot.stat().st_size > 2 * 1024 * 1024
+    server = start(yolo_board.env, "--models", "yolo")
+    try:
+        status, answer = curl_form(server, "/v1/vision/detection", f"image=@{snapshot}")
+        assert status == 200 and answer["success"] is True
+    finally:
+        assert server.stop() == 0
+    small = start(yolo_board.env, "--models", "yolo", "--max-upload", "1048576")
+    try:
+        for headers in ((), ("Expect:",)):  # curl's 100-continue, then without it
+            status, answer = curl_form(
+                small, "/v1/vision/detection", f"image=@{snapshot}", headers=headers
+            )
+            assert status == 413 and answer["success"] is False and answer["code"] == 413
+            assert "--max-upload" in answer["error"]
+        served_and_clean(small)
+    finally:
+        assert small.stop() == 0
+
+
+def test_detections_are_best_first_named_capped_and_well_formed(yolo_board, bus_jpg):
+    server = start(yolo_board.env, "--models", "yolo", "--max-detections", "1")
+    try:
+        status, answer = curl_form(
+            server, "/v1/vision/detection", f"image=@{bus_jpg}", "min_confidence=0.1"
+        )
+        assert status == 200 and len(answer["predictions"]) == 1
+    finally:
+        assert server.stop() == 0
+    server = start(yolo_board.env, "--models", "yolo")
+    try:
+        status, answer = curl_form(
+            server, "/v1/vision/detection", f"image=@{bus_jpg}", "min_confidence=0.1"
+        )
+        width, height = Image.open(bus_jpg).size
+        found = answer["predictions"]
+        assert status == 200 and 2 <= len(found) <= 20
+        scores = [p["confidence"] for p in found]
+        assert scores == sorted(scores, reverse=True)
+        for p in found:
+            assert not p["label"].isdigit()
+            assert 0 <= p["x_min"] < p["x_max"] <= width
+            assert 0 <= p["y_min"] < p["y_max"] <= height
+    finally:
+        assert server.stop() == 0
+
+
+# -- routes, as each client reads them -------------------------------------------------------
+def test_404_for_what_is_not_served_and_405_with_allow_for_what_is(yolo_board, bus_jpg):
+    server = start(yolo_board.env, "--models", "yolo")
+    try:
+        for method in ("GET", "POST", "DELETE"):
+            assert server.request(method, "/nope", b"").status == 404
+        wrong = server.request("GET", "/v1/vision/detection")
+        assert wrong.status == 405 and wrong.headers["Allow"] == "POST"
+        assert wrong.json()["success"] is False
+        wrong = server.request("DELETE", "/v1/embeddings")
+        assert wrong.status == 405 and "POST" in wrong.headers["Allow"]
+        for path in ("/v1/vision/scene", "/v1/vision/face/recognize", "/v1/vision/custom/x"):
+            status, answer = curl_form(server, path, "image=@/dev/null")
+            assert status == 404 and answer["success"] is False, path
+            assert "/v1/vision/detection and /v1/vision/classification" in answer["error"]
+        deepstack = pytest.importorskip("deepstack.core", reason="deepstack-python: make deps")
+        picture = bus_jpg.read_bytes()
+        found = deepstack.DeepstackObject("127.0.0.1", server.port, timeout=10).detect(picture)
+        assert found and {"label", "confidence", "x_min"} <= set(found[0])
+        scene = deepstack.DeepstackScene("127.0.0.1", server.port, timeout=10)
+        with pytest.raises(deepstack.DeepstackException, match="Bad url"):  # its 404 branch
+            scene.recognize(picture)
+        face = deepstack.DeepstackFace("127.0.0.1", server.port, timeout=10)
+        with pytest.raises(deepstack.DeepstackException, match="Bad url"):
+            face.detect(picture)
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_openai_client_reads_an_unknown_model_as_404(clip_board: Board) -> None:
+    openai = pytest.importorskip("openai", reason="the openai client is a dev dependency")
+    server = start(clip_board.env)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.embeddings.create(model="text-embedding-3-small", input="a cat")
+        assert missing.value.code == "model_not_found"
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_an_empty_form_key_never_outweighs_a_valid_bearer_header(yolo_board, bus_jpg, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    server = start(yolo_board.env, "--models", "yolo", "--api-key-file", str(key_file))
+    try:
+        bearer = (f"Authorization: Bearer {KEY}",)
+        status, _ = curl_form(
+            server, "/v1/vision/detection", f"image=@{bus_jpg}", "api_key=", headers=bearer
+        )
+        assert status == 200
+        status, _ = curl_form(
+            server, "/v1/vision/detection", f"image=@{bus_jpg}", "api_key=wrong", headers=bearer
+        )
+        assert status == 200  # alternatives: one valid credential is enough
+        status, _ = curl_form(server, "/v1/vision/detection", f"image=@{bus_jpg}", "api_key=")
+        assert status == 401
+    finally:
+        assert server.stop() == 0
+
+
+def test_tritonclient_reads_config_stats_index_gzip_and_classes(clip_board: Board) -> None:
+    httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient is a dev dependency")
+    server = start(clip_board.env)
+    try:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        config = client.get_model_config("clip-text")
+        assert config["name"] == "clip-text" and config["input"][0]["name"] == "input_ids"
+        index = client.get_model_repository_index()
+        assert {entry["name"] for entry in index} == {"clip-text", "clip-visual"}
+        ids = np.zeros((1, 77), dtype=np.int32)
+        ids[0, :3] = (49406, 320, 49407)
+        tensor = httpclient.InferInput("input_ids", [1, 77], "INT32")
+        tensor.set_data_from_numpy(ids)
+        plain = client.infer("clip-text", [tensor])
+        for algorithm in ("gzip", "deflate"):
+            compressed = client.infer(
+                "clip-text", [tensor], request_compression_algorithm=algorithm
+            )
+            name = plain.get_response()["outputs"][0]["name"]
+            assert np.array_equal(compressed.as_numpy(name), plain.as_numpy(name))
+        name = plain.get_response()["outputs"][0]["name"]
+        top = client.infer(
+            "clip-text", [tensor], outputs=[httpclient.InferRequestedOutput(name, class_count=3)]
+        ).as_numpy(name)
+        assert len(top) == 3 and all(len(entry.split(b":")) >= 2 for entry in top)
+        stats = client.get_inference_statistics("clip-text")
+        assert stats["model_stats"][0]["inference_count"] == 4
+        assert client.get_inference_statistics()["model_stats"]
+        brotli = server.request(
+            "POST", "/v2/models/clip-text/infer", gzip.compress(b"{}"),
+            headers={"Content-Encoding": "br"},
+        )  # fmt: skip
+        assert brotli.status == 415 and set(brotli.json()) == {"error"}
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+# -- signals -------------------------------------------------------------------------------
+def wait_for_line(server: Server, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in server.stderr:
+        assert time.monotonic() < deadline, f"no {text!r} in:\n{server.stderr}"
+        assert server.process.poll() is None, server.stderr
+        time.sleep(0.05)
+
+
+def test_sighup_reads_the_key_file_again(yolo_board, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("first-key")
+    server = start(yolo_board.env, "--models", "yolo", "--api-key-file", str(key_file))
+    try:
+
+        def status(key: str) -> int:
+            return server.request(
+                "GET", "/v2/models/yolov8n", headers={"Authorization": f"Bearer {key}"}
+            ).status
+
+        assert (status("first-key"), status("second-key")) == (200, 401)
+        key_file.write_text("second-key\n")
+        server.process.send_signal(signal.SIGHUP)
+        wait_for_line(server, "SIGHUP: reloaded the API key")
+        assert (status("first-key"), status("second-key")) == (401, 200)
+        key_file.write_text("")  # broken: the key in use stays
+        server.process.send_signal(signal.SIGHUP)
+        wait_for_line(server, "SIGHUP: kept the API key")
+        assert status("second-key") == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_sigterm_finishes_an_upload_being_received_and_refuses_new_requests(clip_board):
+    server = start(clip_board.env)
+    try:
+        waiting = server.connection()  # open before the signal: the listener closes then
+        assert server.request("GET", "/health", connection=waiting).status == 200
+        document = json.dumps({"input": "sent across the signal"}).encode()
+        upload = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        upload.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(document)
+        )
+        assert upload.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        upload.sendall(document[:10])
+        server.process.send_signal(signal.SIGTERM)
+        wait_for_line(server, "stopping: finishing the requests in flight")
+        refused = server.request("GET", "/v1/models", connection=waiting)
+        assert refused.status == 503 and int(refused.headers["Retry-After"]) >= 1
+        upload.sendall(document[10:])
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += upload.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        upload.close()
+        waiting.close()
+        assert server.process.wait(60) == 0
+    finally:
+        server.stop()
+    assert "Traceback" not in server.stderr
+
+
+def test_the_unit_reloads_with_sighup() -> None:
+    unit = Path(__file__).resolve().parents[2] / "provision/npuctl-serve/npuctl-serve.service"
+    text = unit.read_text()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in text
+    assert re.search(r"^MemoryMax=1G$", text, re.M)  # as the K3s manifests' limit
+
+
+def test_the_served_routes_and_limits_in_the_docs_are_the_servers() -> None:
+    from serve_tables import render
+
+    page = Path(__file__).resolve().parents[2] / "docs/serving.md"
+    text = page.read_text()
+    assert render(text) == text, "docs/serving.md is out of date: run 'make serve-tables'"
