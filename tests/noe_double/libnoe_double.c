@@ -18,7 +18,9 @@
  * named call (optionally only its Nth call) return that status, or never return for "hang"
  * (an NPU that stops answering); "infer%50=0x23" fails every 50th call; NOE_DOUBLE_TRACE=file
  * records every call; NOE_DOUBLE_KMD and NOE_DOUBLE_UMD set the versions the ioctl reports.
- * NOE_DOUBLE_INFER_MS=15 makes each inference take that long (the library holds its lock, as
+ * NOE_DOUBLE_HANG_FILE=path makes every inference from the moment that file exists never
+ * return (an NPU that hangs while a server runs). NOE_DOUBLE_INFER_MS=15 makes each inference
+ * take that long (the library holds its lock, as
  * the real one does); NOE_DOUBLE_STALE_REUSE=1 makes a job that has run ignore new inputs
  * (a runtime whose jobs cannot be reused).
  */
@@ -445,6 +447,9 @@ noe_status_t noe_job_infer_sync(const context_handler_t *ctx, uint64_t job_id, i
 	status = injected("infer", calls_infer);
 	if (status)
 		return leave(status); /* 0x23: a hang that the timeout ended */
+	if (getenv("NOE_DOUBLE_HANG_FILE") && access(getenv("NOE_DOUBLE_HANG_FILE"), F_OK) == 0)
+		for (;;)
+			pause(); /* an NPU that stops answering once the test says so */
 	if (getenv("NOE_DOUBLE_INFER_MS")) {
 		long ms = strtol(getenv("NOE_DOUBLE_INFER_MS"), NULL, 10);
 		struct timespec pause_for = { ms / 1000, (ms % 1000) * 1000000L };

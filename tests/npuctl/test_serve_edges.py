@@ -6,6 +6,7 @@ and the extensions. After each: no 5xx, no traceback in the log, /health 200."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import re
@@ -387,3 +388,44 @@ def test_the_served_routes_and_limits_in_the_docs_are_the_servers() -> None:
     page = Path(__file__).resolve().parents[2] / "docs/serving.md"
     text = page.read_text()
     assert render(text) == text, "docs/serving.md is out of date: run 'make serve-tables'"
+
+
+def test_an_npu_call_that_never_returns_ends_its_request_and_turns_health_503(
+    clip_board: Board, tmp_path: Path
+) -> None:
+    """The libnoe double hangs once the server is up: that request ends with 504 at its
+    deadline, /health turns 503, systemd's watchdog pings stop, and SIGTERM still ends the
+    server."""
+    hang = tmp_path / "hang-now"
+    address = tmp_path / "notify"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(address))
+        notify.settimeout(30)
+        env = {
+            **clip_board.env,
+            "NOE_DOUBLE_HANG_FILE": str(hang),
+            "NOTIFY_SOCKET": str(address),
+            "WATCHDOG_USEC": "400000",
+        }
+        server = start(env, "--deadline", "1")
+        try:
+            while notify.recv(100) != b"WATCHDOG=1":
+                pass
+            hang.touch()
+            began = time.monotonic()
+            answer = server.embed({"input": "the NPU stops here"})
+            assert answer.status == 504 and answer.json()["error"]["code"] == "npu_timeout"
+            assert time.monotonic() - began < 10
+            health = server.request("GET", "/health")
+            assert health.status == 503 and "has not returned" in health.json()["reason"]
+            notify.setblocking(False)  # the pings sent before the hang was seen
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    notify.recv(100)
+            notify.settimeout(2)  # ten watchdog periods: no ping comes any more
+            with pytest.raises(TimeoutError):
+                while notify.recv(100) != b"WATCHDOG=1":
+                    pass
+        finally:
+            assert server.stop() == 0
+    assert "stopping without it" in server.stderr

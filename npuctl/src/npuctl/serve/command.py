@@ -351,7 +351,8 @@ async def _run(
         if socket_path is not None:
             socket_path.unlink(missing_ok=True)
         api.threads.shutdown(wait=False, cancel_futures=True)
-    owner.stop()
+    if not owner.stop(limits.deadline):
+        log.warning("an NPU call has not returned: stopping without it")
     log.info("stopped")
 
 

@@ -125,13 +125,15 @@ class NpuOwner:
                 self.stop()
                 raise error
 
-    def stop(self) -> None:
-        """Finish what is queued, then release the NPU."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Finish what is queued, then release the NPU; False when an owner is still inside
+        an NPU call after ``timeout`` (a hung call ends with the process)."""
         alive = [thread for thread in self._threads if thread.is_alive()]
         for _ in alive:
             self._queue.put(_STOP)
         for thread in alive:
-            thread.join()
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in alive)
 
     def _run(self, index: int) -> None:
         runtime = self.runtimes[index]
