@@ -12,7 +12,7 @@ packages=(
 	devscripts appstream piuparts              # upload-set checks, AppStream, piuparts
 	aptly gnupg                                # the signed apt repository
 	python3-click python3-numpy python3-packaging python3-pil python3-prometheus-client
-	python3-regex python3-yaml python3-psutil python3-jinja2 python3-aiohttp
+	python3-regex python3-yaml python3-psutil python3-jinja2 python3-aiohttp python3-uvloop
 	python3 python3-venv                       # the build tools and npuctl
 	debootstrap zstd                           # Debian chroots with real kernel headers
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim
@@ -49,7 +49,7 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
 	"$python" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,rocket,onnx,serve,watch,orjson]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,rocket,onnx,serve,watch,orjson,uvloop]'
 
 # With no init system nothing mounts binfmt_misc or enables qemu-aarch64; the arm64 targets
 # need both. Where this machine cannot (no root, a kernel or container without binfmt_misc)

@@ -21,12 +21,16 @@ from . import api, auth, kserve, openapi, routes, vision_api
 from .connections import Guard
 from .metrics import CONTENT_TYPE
 from .models import CLASSIFICATION, DETECTION
+from .owner import Work
 from .routes import DEEPSTACK, UPLOAD, V2, Route
 from .service import ClientGone, Service, unauthorized
 
 log = logging.getLogger("npuctl.serve")
 
 JSON = "application/json"
+# Text bodies up to this size are prepared on the event loop (tokenizing a few texts takes
+# microseconds); larger ones, and any with images, on a request thread.
+INLINE_BODY = 16 * 1024
 ENCODINGS = ("identity", "gzip", "deflate")  # request bodies aiohttp decompresses for us
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -70,7 +74,6 @@ class Api:
             methods = ("GET", "HEAD") if route.method == "GET" else (route.method,)
             for method in methods:
                 app.router.add_route(method, route.path, handler, expect_handler=expect)
-        app.on_response_prepare.append(_server_header)
         return app
 
     def _bound(self, route: Route) -> Handler:
@@ -90,6 +93,7 @@ class Api:
         guard = self.guards.get(request.transport)
         if guard is not None:
             guard.request_started()
+            guard.handler = asyncio.current_task()
         service.begin()
         try:
             response = await self._checked(request, handler, route, shape)
@@ -103,6 +107,7 @@ class Api:
             # an answer of the expect handler, so a refusal can come from here as well).
             response.force_close()
             response.headers["Connection"] = "close"
+        response.headers["Server"] = "npuctl-serve"
         # Counted before it is sent: a client reading /metrics next finds its request there.
         service.metrics.answered(
             route.path if route else "other", response.status, time.perf_counter() - started
@@ -213,7 +218,11 @@ class Api:
         limits = self.service.limits
         limit = limits.max_upload if route.body == UPLOAD else limits.max_body
         try:
-            body = await asyncio.wait_for(request.read(), limits.body_timeout)
+            if request.content.is_eof():  # all here already: no timer needed
+                body = await request.read()
+            else:
+                async with asyncio.timeout(limits.body_timeout):
+                    body = await request.read()
         except TimeoutError:
             raise _too_slow(limits.body_timeout) from None
         if len(body) > limit:  # a chunked or compressed body says its size only at the end
@@ -232,7 +241,8 @@ class Api:
             )
         timeout = self.service.limits.body_timeout
         try:
-            form = await asyncio.wait_for(request.post(), timeout)
+            async with asyncio.timeout(timeout):
+                form = await request.post()
         except TimeoutError:
             raise _too_slow(timeout) from None
         except (ValueError, AssertionError, LookupError, UnicodeDecodeError) as error:
@@ -310,8 +320,45 @@ class Api:
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await self._read(request, _route(request))
-        answer = await self._blocking(self.service.embed, body, self._peer_gone(request))
+        service = self.service
+        if len(body) > INLINE_BODY or b"image" in body:
+            # Images to decode, or a large body to parse: off the event loop.
+            answer = await self._blocking(service.embed, body, self._peer_gone(request))
+        else:  # a few short texts: tokenized here, which costs less than a thread's hand-over
+            asked, works = service.embed_prepare(body)
+            answer = service.embed_answer(asked, await self._outputs(works))
         return web.Response(body=answer, content_type=JSON)
+
+    async def _outputs(self, works: list[Work]) -> list[list[Any]]:
+        """Each work's outputs, awaited without a thread: the NPU owner wakes the loop when
+        one is done. A client that leaves cancels the handler (and so its inputs); a call
+        that does not return by the deadline ends the request with 504."""
+        loop = asyncio.get_running_loop()
+        results = []
+        try:
+            for work in works:
+                done = loop.create_future()
+
+                def settle(done: asyncio.Future[None] = done) -> None:
+                    if not done.done():
+                        done.set_result(None)
+
+                work.notify = lambda settle=settle: loop.call_soon_threadsafe(settle)
+                if work.done:
+                    settle()
+                hung = work.deadline + self.service.limits.deadline
+                # A plain timer settles it too: cheaper than a timeout's cancellation.
+                timer = loop.call_at(loop.time() + hung - time.monotonic(), settle)
+                await done
+                timer.cancel()
+                if not work.done:
+                    raise self.service.hung(work)
+                results.append(self.service.outputs(work))
+        except BaseException:
+            for work in works:
+                work.cancelled = True
+            raise
+        return results
 
     # -- DeepStack ------------------------------------------------------------------------
     async def detection(self, request: web.Request) -> web.Response:
@@ -463,7 +510,3 @@ def _from_http(error: web.HTTPException, request: web.Request) -> api.ApiError:
             413, str(error.text or error.reason), "request_too_large", kind="too_large"
         )
     return api.ApiError(status, error.reason, "invalid_request")
-
-
-async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
-    response.headers["Server"] = "npuctl-serve"

@@ -96,6 +96,7 @@ class Guard(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client = ""
         self.in_request = False  # a whole head has arrived and its answer is not yet sent
+        self.handler: asyncio.Task[Any] | None = None  # the task answering the request
         self.since = time.monotonic()  # when this connection last became unserved
         self._head = 0  # bytes of the head being received
         self._line_done = False
@@ -124,11 +125,17 @@ class Guard(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        if self._closed:
-            return None
-        return self.inner.eof_received()
+        """The client closed its side: it reads no answer, so the connection ends, and with
+        it the request in flight (its inputs are skipped by the NPU)."""
+        if not self._closed:
+            self.inner.eof_received()
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.handler is not None and not self.handler.done():
+            # Its client is gone: the request ends (aiohttp 3.8 would let it run on), and
+            # the inputs it queued are skipped by the NPU.
+            self.handler.cancel()
         self._disarm()
         self.budget.leave(self)
         if self.transport is not None:
@@ -158,6 +165,7 @@ class Guard(asyncio.Protocol):
             self._timer = loop.call_later(self.limits.linger + 1, self.request_finished)
             return
         self.in_request = False
+        self.handler = None
         self.since = time.monotonic()
         self._head, self._line_done, self._tail = 0, False, b""
         self._arm()

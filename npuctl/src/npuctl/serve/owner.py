@@ -11,6 +11,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,6 +49,7 @@ class Work:
         "enqueued",
         "error",
         "key",
+        "notify",
         "npu_seconds",
         "outputs",
         "queued_seconds",
@@ -64,17 +66,31 @@ class Work:
         self.outputs: list[np.ndarray] | None = None
         self.error: BaseException | None = None
         self.cancelled = False  # the client left: skip it
+        self.notify: Callable[[], None] | None = None  # called once finished (any thread)
         self.queued_seconds = self.npu_seconds = 0.0  # measured by the owner, for the answer
 
     def finish(self, outputs: list[np.ndarray] | None, error: BaseException | None = None) -> None:
         self.outputs, self.error = outputs, error
         self._done.release()
+        notify = self.notify
+        if notify is not None:
+            notify()
+
+    @property
+    def done(self) -> bool:
+        return not self._done.locked()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it is done, waiting at most ``timeout`` seconds."""
+        if not self._done.acquire(timeout=timeout):
+            return False
+        self._done.release()  # done stays done for the next caller
+        return True
 
     def result(self, timeout: float) -> list[np.ndarray] | None:
         """The outputs; None while not done after ``timeout``; raises the inference's error."""
-        if not self._done.acquire(timeout=timeout):
+        if not self.wait(timeout):
             return None
-        self._done.release()  # done stays done for the next caller
         if self.error is not None:
             raise self.error
         return self.outputs

@@ -188,6 +188,12 @@ class Service:
         return outputs, work
 
     def embed(self, body: bytes, peer_gone: Callable[[], bool]) -> bytes:
+        """POST /v1/embeddings on a request thread: prepare, wait for the NPU, answer."""
+        asked, works = self.embed_prepare(body)
+        return self.embed_answer(asked, self._results(works, peer_gone))
+
+    def embed_prepare(self, body: bytes) -> tuple[api.Request, list[Work]]:
+        """The request's inputs prepared and queued for the NPU."""
         self._check_loaded()
         embedder = self.embedder
         if embedder is None:
@@ -208,12 +214,15 @@ class Service:
             self.limits.max_images,
             lambda: self._decodes,
         )
-        prepared = time.perf_counter()
-        self.metrics.stage("preprocess", prepared - started)
+        self.metrics.stage("preprocess", time.perf_counter() - started)
         works = self._submit(
             [(embedder.keys[item.modality], [item.tensor]) for item in request.inputs]
         )
-        results = self._results(works, peer_gone)
+        return request, works
+
+    def embed_answer(self, request: api.Request, results: list[list[np.ndarray]]) -> bytes:
+        embedder = self.embedder
+        assert embedder is not None
         encoded = time.perf_counter()
         encode = api.encoder(request.encoding)
         tokens = sum(item.tokens for item in request.inputs)
@@ -228,6 +237,28 @@ class Service:
             self.metrics.model_answered(embedder.keys[item.modality], "ok")
         self.metrics.tokens.inc(tokens)
         return answer
+
+    def hung(self, work: Work) -> api.ApiError:
+        """The answer to a request whose NPU call did not return in time."""
+        self.metrics.model_answered(work.key, "npu_timeout")
+        return api.ApiError(
+            504,
+            f"the NPU did not answer within {2 * self.limits.deadline:g} s",
+            "npu_timeout",
+            kind="npu_timeout",
+        )
+
+    def outputs(self, work: Work) -> list[np.ndarray]:
+        """A finished work's outputs, or its failure as the answer."""
+        try:
+            outputs = work.result(0)
+        except NpuFailure as failure:
+            self.metrics.model_answered(work.key, failure.kind)
+            raise api.ApiError(
+                503, f"the NPU failed: {failure}", failure.kind, kind=failure.kind
+            ) from None
+        assert outputs is not None
+        return outputs
 
     def vision(
         self, task: str, asked: vision_api.VisionRequest, peer_gone: Callable[[], bool]
@@ -334,34 +365,23 @@ class Service:
         return model
 
     def _results(self, works: list[Work], peer_gone: Callable[[], bool]) -> list[list[np.ndarray]]:
-        """Each work's outputs, in order; a client that left cancels them, and an NPU call
-        that does not return within the deadline (after its start, or its own deadline to
-        start) ends the request with 504 while the call goes on."""
+        """Each work's outputs, in order, waited for on a request thread; a client that left
+        cancels them, and an NPU call that does not return within the deadline (after its
+        start, or its own deadline to start) ends the request with 504 while the call goes
+        on."""
         results = []
-        for work in works:
-            hung = work.deadline + self.limits.deadline
-            try:
-                while (outputs := work.result(_PEER_CHECK_SECONDS)) is None:
+        try:
+            for work in works:
+                hung = work.deadline + self.limits.deadline
+                while not work.wait(_PEER_CHECK_SECONDS):
                     if peer_gone():
                         raise ClientGone
                     if time.monotonic() > hung:
-                        self.metrics.model_answered(work.key, "npu_timeout")
-                        raise api.ApiError(
-                            504,
-                            f"the NPU did not answer within {2 * self.limits.deadline:g} s",
-                            "npu_timeout",
-                            kind="npu_timeout",
-                        )
-            except (ClientGone, api.ApiError):
-                _cancel(works)
-                raise
-            except NpuFailure as failure:
-                _cancel(works)
-                self.metrics.model_answered(work.key, failure.kind)
-                raise api.ApiError(
-                    503, f"the NPU failed: {failure}", failure.kind, kind=failure.kind
-                ) from None
-            results.append(outputs)
+                        raise self.hung(work)
+                results.append(self.outputs(work))
+        except (ClientGone, api.ApiError):
+            _cancel(works)
+            raise
         return results
 
 
