@@ -96,12 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImageError as error:
         print(f"image: {error}", file=sys.stderr)
         return error.code
-    except KeyboardInterrupt:
-        print("image: interrupted; nothing is left mounted", file=sys.stderr)
-        return 130
-    except workspace.Stopped as stopped:
-        print(f"image: stopped by {stopped}; nothing is left mounted", file=sys.stderr)
-        return 128 + stopped.signum
+    except (KeyboardInterrupt, workspace.Stopped) as stopped:
+        return workspace.said_stop("image", stopped)
     return ExitCode.OK
 
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -41,6 +42,15 @@ def stop_on_signals() -> None:
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, stopped)
+
+
+def said_stop(tool: str, stopped: BaseException) -> int:
+    """The one line, and the exit status, of a build stopped part-way (Ctrl-C, a signal)."""
+    if isinstance(stopped, Stopped):
+        print(f"{tool}: stopped by {stopped}; nothing is left mounted", file=sys.stderr)
+        return 128 + stopped.signum
+    print(f"{tool}: interrupted; nothing is left mounted", file=sys.stderr)
+    return 130
 
 
 def _unescape(field: str) -> str:

@@ -44,12 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     except EmulationError as error:
         print(f"rocket-emu: {error}", file=sys.stderr)
         return int(error.code)
-    except KeyboardInterrupt:
-        print("rocket-emu: interrupted; nothing is left mounted", file=sys.stderr)
-        return 130
-    except workspace.Stopped as stopped:
-        print(f"rocket-emu: stopped by {stopped}; nothing is left mounted", file=sys.stderr)
-        return 128 + stopped.signum
+    except (KeyboardInterrupt, workspace.Stopped) as stopped:
+        return workspace.said_stop("rocket-emu", stopped)
     return 0
 
 

@@ -28,6 +28,27 @@ class Route:
     timed: bool = False  # answers carry Server-Timing
 
 
+def _vision(task: str, summary: str, answer: str) -> Route:
+    """DeepStack's form routes: the same form, one task each."""
+    return Route(
+        "POST",
+        f"/v1/vision/{task}",
+        task,
+        DEEPSTACK,
+        summary,
+        body=UPLOAD,
+        request={FORM: "VisionForm", "application/x-www-form-urlencoded": "VisionForm"},
+        inference=True,
+        timed=True,
+        responses={
+            "200": ("Found.", answer),
+            "400": ("Not a form, no image, a broken image, too many pixels.", "VisionError"),
+            "404": (f"No {task} model is served.", "VisionError"),
+            "415": ("Not a JPEG, PNG, WebP or BMP image.", "VisionError"),
+        },
+    )
+
+
 def _v2_model(path: str, **more: object) -> Route:
     return Route(path=path, **more)  # type: ignore[arg-type]
 
@@ -104,40 +125,10 @@ ROUTES: tuple[Route, ...] = (
             "415": ("An image in none of the formats served.", "OpenAIError"),
         },
     ),
-    Route(
-        "POST",
-        "/v1/vision/detection",
-        "detection",
-        DEEPSTACK,
-        "Objects in an image, best first (DeepStack / CodeProject.AI).",
-        body=UPLOAD,
-        request={FORM: "VisionForm", "application/x-www-form-urlencoded": "VisionForm"},
-        inference=True,
-        timed=True,
-        responses={
-            "200": ("Found.", "Detections"),
-            "400": ("Not a form, no image, a broken image, too many pixels.", "VisionError"),
-            "404": ("No detection model is served.", "VisionError"),
-            "415": ("Not a JPEG, PNG, WebP or BMP image.", "VisionError"),
-        },
+    _vision(
+        "detection", "Objects in an image, best first (DeepStack / CodeProject.AI).", "Detections"
     ),
-    Route(
-        "POST",
-        "/v1/vision/classification",
-        "classification",
-        DEEPSTACK,
-        "The classes of an image, best first.",
-        body=UPLOAD,
-        request={FORM: "VisionForm", "application/x-www-form-urlencoded": "VisionForm"},
-        inference=True,
-        timed=True,
-        responses={
-            "200": ("Found.", "Classes"),
-            "400": ("Not a form, no image, a broken image, too many pixels.", "VisionError"),
-            "404": ("No classification model is served.", "VisionError"),
-            "415": ("Not a JPEG, PNG, WebP or BMP image.", "VisionError"),
-        },
-    ),
+    _vision("classification", "The classes of an image, best first.", "Classes"),
     Route(
         "*",
         "/v1/vision/{unserved:.*}",
