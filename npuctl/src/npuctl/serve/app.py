@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from .. import __version__
 from . import api, auth, kserve, openapi, routes, vision_api
@@ -31,6 +31,7 @@ JSON = "application/json"
 # Text bodies up to this size are prepared on the event loop (tokenizing a few texts takes
 # microseconds); larger ones, and any with images, on a request thread.
 INLINE_BODY = 16 * 1024
+MAX_PARTS = 32  # fields of one form; DeepStack's have at most three
 ENCODINGS = ("identity", "gzip", "deflate")  # request bodies aiohttp decompresses for us
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -242,7 +243,9 @@ class Api:
         timeout = self.service.limits.body_timeout
         try:
             async with asyncio.timeout(timeout):
-                form = await request.post()
+                if media == "multipart/form-data":
+                    return await self._parts(request)
+                form = await request.post()  # urlencoded: held to client_max_size
         except TimeoutError:
             raise _too_slow(timeout) from None
         except (ValueError, AssertionError, LookupError, UnicodeDecodeError) as error:
@@ -251,15 +254,32 @@ class Api:
             ) from None
         fields: dict[str, bytes] = {}
         for name, value in form.items():
-            if name in fields:
-                continue
-            if isinstance(value, str):
-                fields[name] = value.encode()
-            elif isinstance(value, (bytes, bytearray)):
-                fields[name] = bytes(value)
-            else:  # a file: aiohttp spooled it
-                fields[name] = value.file.read()
+            fields.setdefault(name, value.encode() if isinstance(value, str) else bytes(value))
         return fields
+
+    async def _parts(self, request: web.Request) -> dict[str, bytes]:
+        """A multipart form read into memory part by part, held to the upload limit as it
+        arrives (aiohttp's own reading would spool files to a temporary file, which a
+        read-only container has no room for)."""
+        limit = self.service.limits.max_upload
+        fields: dict[str, bytes] = {}
+        total = 0
+        reader = await request.multipart()
+        for _ in range(MAX_PARTS + 1):
+            part = await reader.next()
+            if part is None:
+                return fields
+            if not isinstance(part, BodyPartReader):
+                raise api.ApiError(400, "a form part holds another form", "invalid_request")
+            chunks = []
+            while chunk := await part.read_chunk(65536):
+                total += len(chunk)
+                if total > limit:
+                    raise _too_large(total, limit, _route(request))
+                chunks.append(chunk)
+            if part.name is not None:
+                fields.setdefault(part.name, b"".join(chunks))
+        raise api.ApiError(400, f"the form has more than {MAX_PARTS} parts", "invalid_request")
 
     async def _blocking(self, function: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
