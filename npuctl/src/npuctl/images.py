@@ -47,19 +47,14 @@ def decode_rgb(data: bytes, max_pixels: int, what: str = "the image") -> Image.I
     """An image sent as bytes (a request body), with the same limits as a file, in one of
     SENT_FORMATS."""
     try:
-        with Image.open(BytesIO(data), formats=SENT_FORMATS) as probe:
-            probe.size  # noqa: B018 - the header is read; nothing is decoded yet
-    except UnidentifiedImageError:
+        return _decoded(BytesIO(data), what, max_pixels, SENT_FORMATS)
+    except UnidentifiedImageError:  # none of SENT_FORMATS recognised the header
         raise ImageFormatError(
             f"{what} is not a JPEG, PNG, WebP or BMP image (the formats this server reads)"
         ) from None
-    except (OSError, ValueError, SyntaxError, EOFError) as error:
-        raise InputError(f"{what} is not an image Pillow can read ({error})") from error
-    try:
-        return _decoded(BytesIO(data), what, max_pixels, SENT_FORMATS)
     except MemoryError:
         raise InputError(f"{what} is too large to decode in the memory available") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as error:
+    except (OSError, ValueError, SyntaxError, EOFError) as error:
         raise InputError(f"{what} is not an image Pillow can read ({error})") from error
 
 

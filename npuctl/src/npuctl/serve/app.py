@@ -20,7 +20,7 @@ from .. import __version__
 from . import api, auth, kserve, openapi, routes, vision_api
 from .connections import Guard
 from .metrics import CONTENT_TYPE
-from .models import CLASSIFICATION, DETECTION
+from .models import CLASSIFICATION, DETECTION, ServedModel
 from .owner import Work
 from .routes import DEEPSTACK, UPLOAD, V2, Route
 from .service import ClientGone, Service, unauthorized
@@ -437,7 +437,7 @@ class Api:
     async def v2_all_stats(self, request: web.Request) -> web.Response:
         return _json(self.service.stats.document(list(self.service.serving.models)))
 
-    def _v2_model(self, request: web.Request) -> str:
+    def _v2_model(self, request: web.Request) -> ServedModel:
         name = request.match_info["name"]
         version = request.match_info.get("version", kserve.VERSION)
         model = self.service.v2_model(name)  # 404 for an unknown name
@@ -448,10 +448,10 @@ class Api:
                 "model_not_found",
                 kind="model_not_found",
             )
-        return model.name
+        return model
 
     async def v2_model(self, request: web.Request) -> web.Response:
-        model = self.service.v2_model(self._v2_model(request))
+        model = self._v2_model(request)
         return _json(kserve.metadata(model, self.service.platform))
 
     async def v2_model_ready(self, request: web.Request) -> web.Response:
@@ -460,14 +460,14 @@ class Api:
         return web.Response(status=200 if ok else 503)
 
     async def v2_config(self, request: web.Request) -> web.Response:
-        model = self.service.v2_model(self._v2_model(request))
+        model = self._v2_model(request)
         return _json(kserve.config(model, self.service.platform))
 
     async def v2_stats(self, request: web.Request) -> web.Response:
-        return _json(self.service.stats.document([self._v2_model(request)]))
+        return _json(self.service.stats.document([self._v2_model(request).name]))
 
     async def v2_infer(self, request: web.Request) -> web.Response:
-        name = self._v2_model(request)
+        name = self._v2_model(request).name
         body = await self._read(request, _route(request))
         answer, headers = await self._blocking(
             self.service.v2_infer, name, body, request.headers, self._peer_gone(request)
