@@ -72,6 +72,19 @@ def synthetic_output(objects, candidates=8400, noise=0.05, seed=0):
     return output.astype(np.float16)
 
 
+def every_anchor_output(seed=0, low=0.11):
+    """An 84 x 8400 F16 output in which every anchor passes a threshold of 0.1: scattered boxes
+    of every size, each with one class above ``low`` (what a busy scene at Home Assistant's
+    min_confidence looks like to NMS, at its worst)."""
+    rng = np.random.default_rng(seed)
+    output = np.zeros((84, 8400), dtype=np.float32)
+    output[:2] = rng.uniform(0, 640, (2, 8400))
+    output[2:4] = rng.uniform(4, 160, (2, 8400))
+    output[4:] = rng.uniform(0, 0.09, (80, 8400))
+    output[4 + rng.integers(0, 80, 8400), np.arange(8400)] = rng.uniform(low, 0.95, 8400)
+    return output.astype(np.float16)
+
+
 def test_decode_maps_boxes_back_to_the_original_image():
     image = Image.new("RGB", (810, 1080))
     _, box = yolo.letterbox(image)
@@ -107,6 +120,50 @@ def test_fast_nms_equals_straightforward_nms():
         fast = yolo.nms(boxes, scores, classes, 0.45)
         slow = straightforward_nms(boxes, scores, classes, 0.45)
         assert sorted(fast.tolist()) == sorted(slow)
+
+
+def test_nms_with_a_limit_keeps_the_reference_prefix():
+    """Stopping at ``limit`` keeps exactly the best ``limit`` of what full greedy NMS keeps, on
+    scattered boxes and on crowds where each kept box strikes out many."""
+    rng = np.random.default_rng(2)
+    for spread in (600, 60):
+        for _ in range(10):
+            n = 700
+            xy = rng.uniform(0, spread, (n, 2))
+            wh = rng.uniform(10, 120, (n, 2))
+            boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+            scores = rng.uniform(0.1, 1, n).astype(np.float32)
+            classes = rng.integers(0, 3, n)
+            reference = sorted(
+                straightforward_nms(boxes, scores, classes, 0.45), key=lambda k: -scores[k]
+            )
+            for limit in (1, 20, 300, None):
+                kept = yolo.nms(boxes, scores, classes, 0.45, limit=limit).tolist()
+                assert kept == reference[:limit]
+
+
+def test_decode_of_every_anchor_is_the_reference_on_the_best_candidates():
+    """With all 8,400 anchors above the threshold, decode compares only the best
+    max_candidates (as Ultralytics' max_nms does) and stops at max_detections; what it returns
+    is the reference NMS of those candidates, best first, every box inside the picture."""
+    output = every_anchor_output()
+    image = Image.new("RGB", (810, 1080))
+    _, box = yolo.letterbox(image)
+    found = yolo.decode(output, box, conf=0.1, max_detections=20)
+    assert len(found) == 20
+    values = output.astype(np.float32)
+    best = values[4:].max(axis=0)
+    top = np.argsort(-best, kind="stable")[: yolo.MAX_CANDIDATES]
+    cx, cy, w, h = values[:4, top]
+    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+    classes = values[4:, top].argmax(axis=0)
+    kept = straightforward_nms(boxes, best[top], classes, 0.45)
+    reference = sorted(kept, key=lambda k: (-best[top][k], top[k]))[:20]  # ties: anchor order
+    assert [d.class_id for d in found] == classes[reference].tolist()
+    assert [d.score for d in found] == pytest.approx(best[top][reference].tolist())
+    assert all(
+        0 <= d.box[0] <= d.box[2] <= 810 and 0 <= d.box[1] <= d.box[3] <= 1080 for d in found
+    )
 
 
 @pytest.mark.parametrize(

@@ -107,8 +107,11 @@ class Detector(ServedModel, Protocol):
         ...
 
     def detections(
-        self, outputs: list[np.ndarray], context: object, min_confidence: float
-    ) -> list[Detection]: ...
+        self, outputs: list[np.ndarray], context: object, min_confidence: float, limit: int
+    ) -> list[Detection]:
+        """At most ``limit`` detections, best first: the post-processing's cost is bounded
+        by the answer's size, not by how busy the scene is."""
+        ...
 
 
 class Classifier(ServedModel, Protocol):

@@ -292,7 +292,9 @@ class Service:
         outputs, work = self._infer(model.key, tensors, peer_gone)
         finished = time.perf_counter()
         if task == DETECTION:
-            found = model.detections(outputs, context, asked.min_confidence)  # type: ignore[attr-defined]
+            found = model.detections(
+                outputs, context, asked.min_confidence, self.limits.max_detections
+            )  # type: ignore[attr-defined]
             answer = vision_api.detection_reply(
                 found, size, self.limits.max_detections, finished - started
             )

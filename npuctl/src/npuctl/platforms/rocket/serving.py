@@ -124,10 +124,11 @@ class SsdDetector(_Served):
         return detect.found(outputs, self.order)
 
     def detections(
-        self, outputs: list[np.ndarray], context: object, min_confidence: float
+        self, outputs: list[np.ndarray], context: object, min_confidence: float, limit: int
     ) -> list[Detection]:
         assert isinstance(context, tuple)
-        return detect.detections(outputs, self.order, context, self.labels, min_confidence)
+        found = detect.detections(outputs, self.order, context, self.labels, min_confidence)
+        return found[:limit]
 
 
 class MobileNetClassifier(_Served):

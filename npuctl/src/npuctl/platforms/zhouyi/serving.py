@@ -176,13 +176,13 @@ class YoloDetector(_Served):
         return [quantize(pixels.astype(np.float32) * np.float32(1 / 255), info)], box
 
     def detections(
-        self, outputs: list[np.ndarray], context: object, min_confidence: float
+        self, outputs: list[np.ndarray], context: object, min_confidence: float, limit: int
     ) -> list[Detection]:
         assert isinstance(context, yolo.Letterbox)
         info, raw = self.output_infos[0], outputs[0]
         # decode() reads float16 as it is; converting 700,000 of them first costs a millisecond
         values = raw if info.dtype.kind == "f" else dequantize(raw, info)
-        return yolo.decode(values, context, conf=min_confidence)
+        return yolo.decode(values, context, conf=min_confidence, max_detections=limit)
 
     def golden(self) -> list[list[np.ndarray]]:
         return [self.prepare(golden_picture(0))[0]]

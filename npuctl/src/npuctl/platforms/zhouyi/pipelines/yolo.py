@@ -52,6 +52,11 @@ def letterbox_pixels(image: Image.Image, size: int = SIZE) -> tuple[np.ndarray, 
     return chw_bgr, Letterbox(ratio, left, top, width, height)
 
 
+MAX_CANDIDATES = 1024  # the best candidates that reach NMS (Ultralytics' max_nms)
+BLOCK = 64  # candidates compared with each other at once in NMS
+_LATER = np.triu(np.ones((BLOCK, BLOCK), dtype=bool), 1)  # row i: the boxes after box i
+
+
 def decode(
     output: np.ndarray,
     box: Letterbox,
@@ -59,18 +64,27 @@ def decode(
     conf: float = 0.25,
     iou: float = 0.45,
     max_detections: int = 300,
+    max_candidates: int = MAX_CANDIDATES,
 ) -> list[Detection]:
-    """Detections from the raw (84 x 8400) output, best first."""
+    """Detections from the raw (84 x 8400) output, best first.
+
+    Its cost is bounded by ``max_candidates`` and ``max_detections``, not by the scene: when
+    every anchor passes a low threshold, only the best ``max_candidates`` are converted and
+    compared, and NMS stops at ``max_detections``."""
     prediction = output.reshape(84, -1)
-    candidates = np.flatnonzero(_best_scores_above(prediction[4:], conf))
+    best, threshold = _comparable_best_scores(prediction[4:], conf)
+    candidates = np.flatnonzero(best > threshold)
     if candidates.size == 0:
         return []
-    selected = prediction[:, candidates].astype(np.float32)
-    class_ids = selected[4:].argmax(axis=0)
-    confidences = selected[4:][class_ids, np.arange(candidates.size)]
-    cx, cy, w, h = selected[0], selected[1], selected[2], selected[3]
+    if candidates.size > max_candidates:
+        ranked = np.argpartition(best[candidates], candidates.size - max_candidates)
+        candidates = np.sort(candidates[ranked[candidates.size - max_candidates :]])
+    scores = prediction[4:, candidates]
+    class_ids = (scores.view(np.int16) if scores.dtype == np.float16 else scores).argmax(axis=0)
+    confidences = scores[class_ids, np.arange(candidates.size)].astype(np.float32)
+    cx, cy, w, h = prediction[:4, candidates].astype(np.float32)
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-    keep = nms(boxes, confidences, class_ids, iou)[:max_detections]
+    keep = nms(boxes, confidences, class_ids, iou, limit=max_detections)
     boxes = boxes[keep]
     boxes[:, [0, 2]] = ((boxes[:, [0, 2]] - box.pad_x) / box.ratio).clip(0, box.width)
     boxes[:, [1, 3]] = ((boxes[:, [1, 3]] - box.pad_y) / box.ratio).clip(0, box.height)
@@ -85,41 +99,87 @@ def decode(
     ]
 
 
-def _best_scores_above(scores: np.ndarray, conf: float) -> np.ndarray:
-    """Per candidate: is its best class score > conf? For float16 scores, compared as int16
-    bit patterns, which order non-negative halves exactly as their values (and negative ones
-    below them): numpy's float16 arithmetic is emulated and many times slower."""
+def _comparable_best_scores(scores: np.ndarray, conf: float) -> tuple[np.ndarray, object]:
+    """Per candidate its best class score, and the threshold, in a form that orders as the
+    scores do. Float16 scores are read as int16 bit patterns, which order non-negative halves
+    exactly as their values (and negative ones below them): numpy's float16 arithmetic is
+    emulated and many times slower."""
     if scores.dtype != np.float16:
-        return scores.max(axis=0) > conf
+        return scores.max(axis=0), conf
     threshold = np.float16(conf)
     if float(threshold) > conf:  # the largest half <= conf: v > conf <=> v > threshold
         threshold = np.nextafter(threshold, np.float16(-np.inf))
-    best = scores.view(np.int16).max(axis=0)
-    return best > threshold.view(np.int16)
+    return scores.view(np.int16).max(axis=0), threshold.view(np.int16)
 
 
 def nms(
-    boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, threshold: float
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    class_ids: np.ndarray,
+    threshold: float,
+    limit: int | None = None,
 ) -> np.ndarray:
-    """Indices kept by class-wise greedy NMS, best score first.
+    """Indices kept by class-wise greedy NMS, best score first, at most ``limit``.
 
     Boxes of different classes are moved apart by a class-dependent offset, so one greedy
-    pass over all classes never suppresses across classes, and each step compares the best
-    remaining box with all the others at once.
+    pass over all classes never suppresses across classes. The candidates are taken in blocks
+    of the best remaining ones: within a block, the boxes' overlaps are computed at once and the
+    greedy choice runs over bit masks; the boxes a block keeps then strike out every later
+    candidate they overlap. The result is greedy NMS's, in a number of numpy calls that grows
+    with the blocks needed, not with the boxes.
     """
     order = np.argsort(-scores, kind="stable")
     shifted = boxes[order] + (class_ids[order] * 8192.0)[:, None]
-    x1, y1, x2, y2 = (np.ascontiguousarray(column) for column in shifted.T)
-    area = (x2 - x1).clip(0) * (y2 - y1).clip(0)
+    area = np.maximum(shifted[:, 2] - shifted[:, 0], 0) * np.maximum(
+        shifted[:, 3] - shifted[:, 1], 0
+    )
+    corners = np.column_stack([shifted, area])  # one gather fetches a box's five values
+    wanted = len(order) if limit is None else limit
     alive = np.ones(len(order), dtype=bool)
-    keep = []
-    while alive.any():
-        best = int(alive.argmax())  # the best remaining box (scores are sorted)
-        keep.append(best)
-        inter = (np.minimum(x2[best], x2) - np.maximum(x1[best], x1)).clip(0) * (
-            np.minimum(y2[best], y2) - np.maximum(y1[best], y1)
-        ).clip(0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            alive &= ~(inter / (area[best] + area - inter) > threshold)
-        alive[best] = False
-    return order[np.array(keep, dtype=np.intp)]
+    keep: list[np.ndarray] = []
+    kept = 0
+    start = 0
+    while start < len(order) and kept < wanted:
+        stop = start + BLOCK
+        block = np.flatnonzero(alive[start:stop]) + start
+        start = stop
+        if block.size == 0:
+            continue
+        boxes_in_block = corners[block]
+        overlapping = _overlaps(boxes_in_block, boxes_in_block, threshold)
+        chosen = _greedy(overlapping & _LATER[: block.size, : block.size], wanted - kept)
+        winners = block[chosen]
+        keep.append(winners)
+        kept += winners.size
+        if kept < wanted and start < len(order):
+            later = np.flatnonzero(alive[start:]) + start
+            struck = _overlaps(boxes_in_block[chosen], corners[later], threshold).any(axis=0)
+            alive[later[struck]] = False
+    return order[np.concatenate(keep)] if keep else np.empty(0, dtype=np.intp)
+
+
+def _overlaps(rows: np.ndarray, columns: np.ndarray, threshold: float) -> np.ndarray:
+    """rows x columns (each x1, y1, x2, y2, area): does the IoU of each pair exceed it?"""
+    row = rows[:, :, None]  # views: broadcasting does the rest
+    width = np.minimum(row[:, 2], columns[:, 2]) - np.maximum(row[:, 0], columns[:, 0])
+    height = np.minimum(row[:, 3], columns[:, 3]) - np.maximum(row[:, 1], columns[:, 1])
+    inter = np.maximum(width, 0) * np.maximum(height, 0)  # a ufunc: clip() costs more here
+    # inter / union > t, without dividing (a zero union is then no overlap)
+    return inter > threshold * (row[:, 4] + columns[:, 4] - inter)
+
+
+def _greedy(suppresses: np.ndarray, wanted: int) -> list[int]:
+    """Greedy choice over a block: row i marks the later boxes box i suppresses."""
+    rows = np.packbits(suppresses, axis=1, bitorder="little")
+    width = rows.shape[1]
+    packed = rows.tobytes()
+    struck = 0
+    chosen: list[int] = []
+    for i in range(suppresses.shape[0]):
+        if struck >> i & 1:
+            continue
+        chosen.append(i)
+        if len(chosen) == wanted:
+            break
+        struck |= int.from_bytes(packed[i * width : (i + 1) * width], "little")
+    return chosen
