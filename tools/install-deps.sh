@@ -22,6 +22,7 @@ packages=(
 	qemu-user-static binfmt-support            # arm64 maintainer scripts and images, emulated
 	shellcheck                                 # lint
 	curl valgrind                              # a real client of npuctl serve; instruction counts in make bench
+	nodejs                                     # Immich's client logic (fetch, FormData) against npuctl serve
 	gcc                                        # the libnoe test double
 	qemu-system-arm qemu-efi-aarch64 acpica-tools device-tree-compiler cpio kmod  # kernel boots
 	libglib2.0-dev libfdt-dev libpixman-1-dev libslirp-dev ninja-build pkg-config  # QEMU with the RK3588 machine

@@ -185,6 +185,13 @@ def test_table_quantization_equals_quantize_of_preprocess(bus_jpg, scale, zero_p
 
 
 def test_threaded_resize_is_pillows_resize(bus_jpg):
-    image = Image.open(bus_jpg).convert("RGB")
-    one_call = image.resize((224, 298), Image.Resampling.BICUBIC)
-    assert np.array_equal(np.asarray(clip_image._resize(image, 224, 298)), np.asarray(one_call))
+    """On every shape, including those Pillow resizes vertical pass first (a narrow, tall
+    picture that shrinks mostly in height)."""
+    bus = Image.open(bus_jpg).convert("RGB")
+    for image, size in (
+        (bus, (224, 298)),
+        (bus.crop((0, 0, 301, 1000)), (224, 744)),
+        (bus.crop((0, 0, 800, 600)).rotate(90, expand=True), (224, 298)),
+    ):
+        one_call = image.resize(size, Image.Resampling.BICUBIC)
+        assert np.array_equal(np.asarray(clip_image._resize(image, *size)), np.asarray(one_call))

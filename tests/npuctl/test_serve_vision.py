@@ -6,7 +6,6 @@ models built at test time)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -330,22 +329,6 @@ def test_openapi_document_matches_the_routes_and_the_answers(yolo_board, clip_bo
 
 
 # -- the RK3588: SSDLite and MobileNet through the Teflon double ----------------------------
-@pytest.fixture
-def rocket_models(rocket, tflite_classifier, tmp_path_factory):
-    pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
-    from .tflite_models import ssd_detector
-
-    ssd_detector(rocket.models / "ssdlite_mobiledet_coco_qat_postprocess.tflite")
-    for name, seed in (
-        ("mobilenet_v1_1.0_224_quant.tflite", 7),
-        ("mobilenet_v2_1.0_224_quant.tflite", 8),
-    ):
-        shutil.copyfile(tflite_classifier(name, classes=1001, seed=seed), rocket.models / name)
-    labels = [f"label {n}" for n in range(1001)]
-    (rocket.models / "labels_mobilenet_quant_v1_224.txt").write_text("\n".join(labels) + "\n")
-    return rocket
-
-
 @pytest.fixture
 def street(tmp_path) -> Path:
     rng = np.random.default_rng(5)

@@ -50,12 +50,18 @@ class Embedder(Protocol):
     dimensions: int
     modalities: tuple[str, ...]
     keys: dict[str, str]  # modality -> the runtime's model that embeds it
+    immich_names: tuple[str, ...]  # what Immich's machine learning may ask for (the manifest's)
 
     def prepare_text(self, text: str, truncate: bool) -> Prepared: ...
 
     def prepare_token_ids(self, ids: list[int], truncate: bool) -> Prepared: ...
 
     def prepare_image(self, data: bytes) -> Prepared: ...
+
+    def prepare_photo(self, data: bytes) -> tuple[Prepared, tuple[int, int]]:
+        """A photo as Immich's machine-learning server prepares it for this model (its
+        own resize and crop, no EXIF rotation), and the decoded size it reports."""
+        ...
 
     def golden_inputs(self) -> tuple[Prepared, Prepared]:
         """Two different texts: the server's start-up checks that they give different

@@ -35,6 +35,7 @@ class Entry:
     inputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
     outputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
     platform: str | None = None  # the NPU family that runs it
+    immich: str | None = None  # the name Immich's machine learning asks for it by
 
 
 @dataclass(frozen=True)
@@ -125,5 +126,6 @@ def _load(path: Path) -> dict[str, Entry]:
                 inputs=_tensors(item.get("inputs")),
                 outputs=_tensors(item.get("outputs")),
                 platform=item.get("platform", data.get("platform")),
+                immich=item.get("immich"),
             )
     return entries

@@ -17,12 +17,12 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from .. import __version__
-from . import api, auth, kserve, openapi, routes, vision_api
+from . import api, auth, immich, kserve, openapi, routes, vision_api
 from .connections import Guard
 from .metrics import CONTENT_TYPE
 from .models import CLASSIFICATION, DETECTION, ServedModel
 from .owner import Work
-from .routes import DEEPSTACK, UPLOAD, V2, Route
+from .routes import DEEPSTACK, IMMICH, UPLOAD, V2, Route
 from .service import ClientGone, Service, unauthorized
 
 log = logging.getLogger("npuctl.serve")
@@ -42,6 +42,8 @@ def error_body(shape: str, error: api.ApiError) -> bytes:
         return vision_api.error_body(error.status, str(error))
     if shape == V2:
         return json.dumps({"error": str(error)}).encode()
+    if shape == IMMICH:
+        return immich.error_body(error)
     return error.body()
 
 
@@ -416,6 +418,18 @@ class Api:
             "not_found",
             kind="not_found",
         )
+
+    # -- Immich's machine learning ---------------------------------------------------------
+    async def immich_ping(self, request: web.Request) -> web.Response:
+        return web.Response(text="pong")
+
+    async def immich_root(self, request: web.Request) -> web.Response:
+        return _json(immich.ROOT)
+
+    async def immich_predict(self, request: web.Request) -> web.Response:
+        fields = await self._form(request)
+        answer = await self._blocking(self.service.immich, fields, self._peer_gone(request))
+        return web.Response(body=answer, content_type=JSON)
 
     # -- KServe v2 ------------------------------------------------------------------------
     async def v2_server(self, request: web.Request) -> web.Response:

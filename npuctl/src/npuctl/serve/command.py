@@ -31,7 +31,7 @@ from .connections import Budget, Guard, HeadLimits
 from .metrics import Metrics
 from .models import Serving
 from .owner import NpuOwner
-from .routes import PUBLIC_GROUPS
+from .routes import PUBLIC_GROUPS, ROUTES
 from .service import PUBLIC_DEFAULT, Limits, Service
 
 log = logging.getLogger("npuctl.serve")
@@ -84,8 +84,9 @@ def _public(value: str) -> frozenset[str]:
     "--public",
     default=",".join(sorted(PUBLIC_DEFAULT)),
     show_default=True,
-    metavar="health,metrics,openapi|none",
-    help="What answers without the API key (health: /health, /ready and /v2/health/*).",
+    metavar="health,immich,metrics,openapi|none",
+    help="What answers without the API key (health: /health, /ready and /v2/health/*; immich: "
+    "Immich's /ping, / and /predict, as its server sends no key).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -350,6 +351,7 @@ async def _run(
         )
         where = " and ".join(_where(server, socket_path) for server in servers)
         log.info("ready: %s (%s)", where, placement)
+        log.info("%s", _without_key(service))
         await stop.wait()
         log.info("stopping: finishing the requests in flight")
         systemd.notify("STOPPING=1")
@@ -368,6 +370,15 @@ async def _run(
     if not owner.stop(limits.deadline):
         log.warning("an NPU call has not returned: stopping without it")
     log.info("stopped")
+
+
+def _without_key(service: Service) -> str:
+    """What anyone who reaches the listeners may call: said at start, so an operator who
+    opened Immich's routes (or forgot the key) sees it in the log."""
+    if service.key is None:
+        return "no API key: every route answers without one"
+    opened = [route.path for route in ROUTES if route.public in service.public]
+    return "without the API key: " + (", ".join(opened) if opened else "nothing")
 
 
 def _reload_key(service: Service, path: Path | None) -> None:

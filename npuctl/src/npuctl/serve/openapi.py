@@ -175,6 +175,38 @@ SCHEMAS: dict[str, Any] = {
             "duration": {"type": "integer"},
         },
     },
+    "ImmichForm": {
+        "type": "object",
+        "required": ["entries"],
+        "properties": {
+            "entries": {
+                "type": "string",
+                "description": 'JSON: {"clip": {"visual": {"modelName": NAME}}} with an image, '
+                'or {"clip": {"textual": {"modelName": NAME}}} with a text.',
+            },
+            "image": {"type": "string", "format": "binary"},
+            "text": {"type": "string"},
+        },
+    },
+    "ImmichClip": {
+        "type": "object",
+        "required": ["clip"],
+        "properties": {
+            "clip": {"type": "string", "description": "The embedding: a JSON array, as text."},
+            "imageHeight": {"type": "integer"},
+            "imageWidth": {"type": "integer"},
+        },
+    },
+    "ImmichRoot": {
+        "type": "object",
+        "required": ["message"],
+        "properties": {"message": {"type": "string"}},
+    },
+    "ImmichError": {
+        "type": "object",
+        "required": ["detail"],
+        "properties": {"detail": {"type": "string"}},
+    },
     "V2Server": {
         "type": "object",
         "required": ["name", "version", "extensions"],
@@ -273,6 +305,7 @@ _ERROR_SCHEMA = {
     routes.OPENAI: "OpenAIError",
     routes.DEEPSTACK: "VisionError",
     routes.V2: "V2Error",
+    routes.IMMICH: "ImmichError",
     routes.SERVER: "OpenAIError",
 }
 _RETRY = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "string"}}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Whose error shape a route answers in (a client parses its own API's errors only).
-OPENAI, DEEPSTACK, V2, SERVER = "openai", "deepstack", "v2", "server"
+OPENAI, DEEPSTACK, V2, IMMICH, SERVER = "openai", "deepstack", "v2", "immich", "server"
 # What bounds a body: the text limit (--max-body) or the upload limit (--max-upload).
 TEXT, UPLOAD = "text", "upload"
 JSON, FORM, BINARY = "application/json", "multipart/form-data", "application/octet-stream"
@@ -17,7 +17,7 @@ class Route:
     method: str  # GET (HEAD too), POST, or * (any)
     path: str  # aiohttp's pattern: {name} is a path parameter
     handler: str  # the coroutine of .app.Api that answers it
-    api: str  # whose error shape (OPENAI, DEEPSTACK, V2, SERVER)
+    api: str  # whose error shape (OPENAI, DEEPSTACK, V2, IMMICH, SERVER)
     summary: str
     public: str | None = None  # the --public group that opens it without the key
     body: str | None = None  # the limit its body is held to (TEXT, UPLOAD); None: no body
@@ -238,6 +238,45 @@ ROUTES: tuple[Route, ...] = (
     ),
 )
 
+# Immich's machine learning: its server cannot send a key, so --public immich opens these.
+ROUTES += (
+    Route(
+        "GET",
+        "/ping",
+        "immich_ping",
+        IMMICH,
+        "Immich's availability check: pong.",
+        public="immich",
+        responses={"200": ("pong (text/plain).", None)},
+    ),
+    Route(
+        "GET",
+        "/",
+        "immich_root",
+        IMMICH,
+        "Immich's machine-learning root.",
+        public="immich",
+        responses={"200": ("Its name.", "ImmichRoot")},
+    ),
+    Route(
+        "POST",
+        "/predict",
+        "immich_predict",
+        IMMICH,
+        "A CLIP embedding of a photo or a text for Immich's smart search.",
+        public="immich",
+        body=UPLOAD,
+        request={FORM: "ImmichForm"},
+        inference=True,
+        responses={
+            "200": ("The embedding, and a photo's decoded size.", "ImmichClip"),
+            "400": ("No image or text, both, or a broken image.", "ImmichError"),
+            "415": ("Not a JPEG, PNG, WebP or BMP image.", "ImmichError"),
+            "422": ("Entries not understood, a task or model not computed here.", "ImmichError"),
+        },
+    ),
+)
+
 PUBLIC_GROUPS = tuple(sorted({route.public for route in ROUTES if route.public}))
 
 
@@ -247,6 +286,8 @@ def api_of(path: str) -> str:
         return DEEPSTACK
     if path == "/v2" or path.startswith("/v2/"):
         return V2
+    if path in ("/predict", "/ping"):
+        return IMMICH
     return OPENAI
 
 

@@ -14,11 +14,11 @@ import numpy as np
 from PIL import Image
 
 from ..defaults import DEFAULT_MAX_IMAGE_PIXELS
-from ..embedder import NpuFailure
+from ..embedder import NpuFailure, Rejected
 from ..embeddings import normalise
 from ..errors import InputError
 from ..images import ImageFormatError, decode_rgb, give_back_memory
-from . import api, auth, kserve, vision_api
+from . import api, auth, immich, kserve, vision_api
 from .metrics import Metrics
 from .models import DETECTION, ServedModel, Serving
 from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, golden_view, similarity
@@ -237,6 +237,34 @@ class Service:
             self.metrics.model_answered(embedder.keys[item.modality], "ok")
         self.metrics.tokens.inc(tokens)
         return answer
+
+    def immich(self, fields: dict[str, bytes], peer_gone: Callable[[], bool]) -> bytes:
+        """POST /predict (Immich's machine learning) on a request thread: a photo or a text
+        embedded with the CLIP model Immich asked for by name."""
+        self._check_loaded()
+        embedder = self.embedder
+        asked = immich.parse(fields, embedder.immich_names if embedder else ())
+        assert embedder is not None  # parse() refuses every model when there is none
+        started = time.perf_counter()
+        size = None
+        try:
+            if asked.image is not None:
+                with self._decodes:
+                    prepared, size = embedder.prepare_photo(asked.image)
+                if size[0] * size[1] >= LARGE_PICTURE:
+                    give_back_memory()
+            else:
+                prepared = embedder.prepare_text(asked.text or "", True)  # Immich truncates
+        except Rejected as error:
+            status = {"unsupported_media_type": 415, "model_not_found": 422}.get(error.code, 400)
+            raise api.ApiError(status, str(error), error.code) from None
+        self.metrics.stage("preprocess", time.perf_counter() - started)
+        key = embedder.keys[prepared.modality]
+        (outputs,) = self._results(self._submit([(key, [prepared.tensor])]), peer_gone)
+        vector = normalise(embedder.vector(prepared.modality, outputs))
+        self.metrics.input(prepared.modality)
+        self.metrics.model_answered(key, "ok")
+        return immich.answer(vector, size)
 
     def hung(self, work: Work) -> api.ApiError:
         """The answer to a request whose NPU call did not return in time."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -68,11 +69,15 @@ def embed_images(model: Model, pictures: list[Image.Image]) -> list[np.ndarray]:
     ]
 
 
-def clip_input(image: Image.Image, info: TensorInfo) -> np.ndarray:
+def clip_input(
+    image: Image.Image,
+    info: TensorInfo,
+    fit: Callable[[Image.Image], Image.Image] = clip_image.resize_and_crop,
+) -> np.ndarray:
     """The visual encoder's input tensor, quantized with the descriptor's scale."""
     if info.dtype.kind in "iu":
-        return clip_image.quantized(image, info.scale, info.zero_point, info.dtype)
-    return quantize(clip_image.preprocess(image), info)
+        return clip_image.quantized(image, info.scale, info.zero_point, info.dtype, fit)
+    return quantize(clip_image.preprocess(image, fit), info)
 
 
 @click.command(name="clip-text")

@@ -15,11 +15,14 @@ from npuctl.images import ImageFormatError, decode_rgb
 
 from .commands import clip_input, load_tokenizer
 from .noe.binding import dequantize
+from .pipelines import clip_image
 from .pipelines.clip_tokenizer import CONTEXT_LENGTH, EOT, SOT, padded
 from .runtime import npu
 from .serving import NoeRuntime
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from npuctl.cli import Settings
 
 GOLDEN_TEXTS = ("a photo of a cat", "a wiring diagram of a power station")
@@ -39,6 +42,10 @@ class ClipEmbedder:
                 files["clip-visual"] = device.resolve(manifest.model("clip-visual"), None)
             runtime = NoeRuntime(device, files)
         self.runtime = runtime
+        manifest = settings.manifest
+        self.immich_names = tuple(
+            sorted({name for key in runtime.files if (name := manifest.get(key).immich)})
+        )
         self.keys = {
             modality: key
             for modality, key in (("text", "clip-text"), ("image", "clip-visual"))
@@ -74,6 +81,16 @@ class ClipEmbedder:
         return Prepared("text", tokens.astype(dtype), len(ids) + 2)
 
     def prepare_image(self, data: bytes) -> Prepared:
+        picture = self._picture(data)
+        return Prepared("image", clip_input(picture, self.runtime.models["clip-visual"].inputs[0]))
+
+    def prepare_photo(self, data: bytes) -> tuple[Prepared, tuple[int, int]]:
+        picture = self._picture(data)
+        info = self.runtime.models["clip-visual"].inputs[0]
+        tensor = clip_input(picture, info, clip_image.immich_resize_and_crop)
+        return Prepared("image", tensor), picture.size
+
+    def _picture(self, data: bytes) -> Image.Image:
         if "image" not in self.keys:
             raise Rejected(
                 "this server has no image model: run 'npuctl models fetch clip-visual' and "
@@ -86,7 +103,7 @@ class ClipEmbedder:
             raise Rejected(str(error), "unsupported_media_type") from None
         except InputError as error:
             raise Rejected(str(error), "invalid_image") from None
-        return Prepared("image", clip_input(picture, self.runtime.models["clip-visual"].inputs[0]))
+        return picture
 
     def golden_inputs(self) -> tuple[Prepared, Prepared]:
         first, second = GOLDEN_TEXTS

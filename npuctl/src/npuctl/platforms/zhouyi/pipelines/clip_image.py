@@ -18,7 +18,8 @@ _OFFSET = (-MEAN / STD).astype(np.float32)
 
 
 def resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
-    """Pillow's bicubic resize of the shortest side to ``size``, then the centre crop.
+    """Pillow's bicubic resize of the shortest side to ``size``, then the centre crop, as
+    CLIP's own transform (torchvision's CenterCrop rounds the offsets).
 
     Pillow resizes in two passes, horizontal then vertical, each rounded to 8 bits; doing
     the passes as two calls gives the same pixels, and the horizontal pass works row by row,
@@ -34,12 +35,30 @@ def resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
     return resized.crop((left, top, left + size, top + size))
 
 
+def immich_resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
+    """The same steps as Immich's machine-learning server does them for an OpenCLIP model
+    (immich_ml/models/transforms.py: resize_pil, crop_pil), whose sizes and offsets are
+    computed differently: the long side is int(long / short * size) and the offsets are
+    truncated. Its embeddings then match the ones Immich's own server stored."""
+    width, height = image.size
+    if width < height:
+        new_width, new_height = size, int((height / width) * size)
+    else:
+        new_width, new_height = int((width / height) * size), size
+    resized = _resize(image, new_width, new_height)
+    left, top = int(new_width / 2 - size / 2), int(new_height / 2 - size / 2)
+    return resized.crop((left, top, left + size, top + size))
+
+
 _PARALLEL_MIN_ROWS = 512
 _pool: ThreadPoolExecutor | None = None
 
 
 def _resize(image: Image.Image, width: int, height: int) -> Image.Image:
-    if image.height < _PARALLEL_MIN_ROWS or width == image.width:
+    # Pillow 10.2 and later run the vertical pass first when the height shrinks by more than
+    # twice what the width does: the bands below would then give other pixels than one call.
+    vertical_first = image.height - height > 2 * (image.width - width)
+    if image.height < _PARALLEL_MIN_ROWS or width == image.width or vertical_first:
         return image.resize((width, height), Image.Resampling.BICUBIC)
     # Horizontal pass: rows are independent, so two bands of rows.
     half = image.height // 2
@@ -84,7 +103,13 @@ def _in_bands(
     return whole
 
 
-def quantized(image: Image.Image, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+def quantized(
+    image: Image.Image,
+    scale: float,
+    zero_point: int,
+    dtype: np.dtype,
+    fit: Callable[[Image.Image], Image.Image] = resize_and_crop,
+) -> np.ndarray:
     """preprocess() quantized to an integer input tensor (q = round(f * scale - zero_point)),
     through a per-channel table of the 256 possible pixel values: the same float32
     arithmetic as quantize(preprocess(image)), done once per value instead of per pixel."""
@@ -94,12 +119,14 @@ def quantized(image: Image.Image, scale: float, zero_point: int, dtype: np.dtype
         np.rint(levels * np.float32(scale) - np.float32(zero_point)), limits.min, limits.max
     ).astype(dtype)
     rgb = image if image.mode == "RGB" else image.convert("RGB")
-    pixels = np.asarray(resize_and_crop(rgb))
+    pixels = np.asarray(fit(rgb))
     return np.stack([table[pixels[:, :, channel], channel] for channel in range(3)])
 
 
-def preprocess(image: Image.Image) -> np.ndarray:
+def preprocess(
+    image: Image.Image, fit: Callable[[Image.Image], Image.Image] = resize_and_crop
+) -> np.ndarray:
     """float32 array (3, 224, 224), normalised; quantize it with the input descriptor."""
-    pixels = np.asarray(resize_and_crop(image.convert("RGB")), dtype=np.float32)
+    pixels = np.asarray(fit(image.convert("RGB")), dtype=np.float32)
     normalised = pixels * _GAIN + _OFFSET  # (224, 224, 3)
     return np.ascontiguousarray(normalised.transpose(2, 0, 1))
