@@ -55,7 +55,7 @@ _pool: ThreadPoolExecutor | None = None
 
 
 def _resize(image: Image.Image, width: int, height: int) -> Image.Image:
-    # Pillow 10.2 and later run the vertical pass first when the height shrinks by more than
+    # Pillow 13 and later run the vertical pass first when the height shrinks by more than
     # twice what the width does: the bands below would then give other pixels than one call.
     vertical_first = image.height - height > 2 * (image.width - width)
     if image.height < _PARALLEL_MIN_ROWS or width == image.width or vertical_first:
