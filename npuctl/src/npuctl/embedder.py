@@ -4,12 +4,15 @@ into tensors (any thread) and tensors into vectors on the NPU (the one thread th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from .platforms import able
 from .platforms.base import Platform
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 class Rejected(ValueError):
@@ -58,9 +61,9 @@ class Embedder(Protocol):
 
     def prepare_image(self, data: bytes) -> Prepared: ...
 
-    def prepare_photo(self, data: bytes) -> tuple[Prepared, tuple[int, int]]:
-        """A photo as Immich's machine-learning server prepares it for this model (its
-        own resize and crop, no EXIF rotation), and the decoded size it reports."""
+    def prepare_photo(self, picture: Image.Image) -> Prepared:
+        """A decoded photo as Immich's machine-learning server prepares it for this model
+        (its own resize and crop)."""
         ...
 
     def golden_inputs(self) -> tuple[Prepared, Prepared]:

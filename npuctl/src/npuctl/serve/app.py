@@ -428,8 +428,19 @@ class Api:
 
     async def immich_predict(self, request: web.Request) -> web.Response:
         fields = await self._form(request)
-        answer = await self._blocking(self.service.immich, fields, self._peer_gone(request))
-        return web.Response(body=answer, content_type=JSON)
+        service = self.service
+        asked = service.immich_parse(fields)
+        if asked.image is not None:  # decoding and resizing: a request thread's work
+            answer, headers = await self._blocking(
+                service.immich_photo, asked, self._peer_gone(request)
+            )
+            return web.Response(body=answer, content_type=JSON, headers=headers)
+        if len(asked.text or "") > INLINE_BODY:
+            prepared, works = await self._blocking(service.immich_text, asked)
+        else:  # a search query: tokenized here, cheaper than a thread's hand-over
+            prepared, works = service.immich_text(asked)
+        (outputs,) = await self._outputs(works)
+        return web.Response(body=service.immich_answer(prepared, outputs, None), content_type=JSON)
 
     # -- KServe v2 ------------------------------------------------------------------------
     async def v2_server(self, request: web.Request) -> web.Response:

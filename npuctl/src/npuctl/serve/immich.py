@@ -78,8 +78,12 @@ def parse(fields: dict[str, bytes], served: tuple[str, ...]) -> Asked:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError:
         raise _refused(400, "the text is not UTF-8") from None
-    # Immich cleans the text this way before tokenizing (immich_ml/models/transforms.py)
-    return Asked("text", model_name, None, " ".join(decoded.split()))
+    return Asked("text", model_name, None, decoded)
+
+
+def cleaned(text: str) -> str:
+    """As Immich cleans a text before tokenizing it (immich_ml/models/transforms.py)."""
+    return " ".join(text.split())
 
 
 def answer(vector: np.ndarray, size: tuple[int, int] | None) -> bytes:

@@ -268,6 +268,7 @@ ROUTES += (
         body=UPLOAD,
         request={FORM: "ImmichForm"},
         inference=True,
+        timed=True,
         responses={
             "200": ("The embedding, and a photo's decoded size.", "ImmichClip"),
             "400": ("No image or text, both, or a broken image.", "ImmichError"),

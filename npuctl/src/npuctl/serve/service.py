@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from ..defaults import DEFAULT_MAX_IMAGE_PIXELS
-from ..embedder import NpuFailure, Rejected
+from ..embedder import NpuFailure, Prepared, Rejected
 from ..embeddings import normalise
 from ..errors import InputError
 from ..images import ImageFormatError, decode_rgb, give_back_memory
@@ -238,33 +238,67 @@ class Service:
         self.metrics.tokens.inc(tokens)
         return answer
 
-    def immich(self, fields: dict[str, bytes], peer_gone: Callable[[], bool]) -> bytes:
-        """POST /predict (Immich's machine learning) on a request thread: a photo or a text
-        embedded with the CLIP model Immich asked for by name."""
+    # -- Immich's machine learning (POST /predict) --------------------------------------
+    def immich_parse(self, fields: dict[str, bytes]) -> immich.Asked:
         self._check_loaded()
         embedder = self.embedder
-        asked = immich.parse(fields, embedder.immich_names if embedder else ())
-        assert embedder is not None  # parse() refuses every model when there is none
+        return immich.parse(fields, embedder.immich_names if embedder else ())
+
+    def immich_text(self, asked: immich.Asked) -> tuple[Prepared, list[Work]]:
+        """A text prepared (cut to the window, as Immich's tokenizer does) and queued."""
+        embedder = self.embedder
+        assert embedder is not None and asked.text is not None  # parse() saw to it
         started = time.perf_counter()
-        size = None
         try:
-            if asked.image is not None:
-                with self._decodes:
-                    prepared, size = embedder.prepare_photo(asked.image)
-                if size[0] * size[1] >= LARGE_PICTURE:
-                    give_back_memory()
-            else:
-                prepared = embedder.prepare_text(asked.text or "", True)  # Immich truncates
+            prepared = embedder.prepare_text(immich.cleaned(asked.text), True)
         except Rejected as error:
-            status = {"unsupported_media_type": 415, "model_not_found": 422}.get(error.code, 400)
-            raise api.ApiError(status, str(error), error.code) from None
+            raise api.ApiError(400, str(error), error.code) from None
         self.metrics.stage("preprocess", time.perf_counter() - started)
-        key = embedder.keys[prepared.modality]
-        (outputs,) = self._results(self._submit([(key, [prepared.tensor])]), peer_gone)
-        vector = normalise(embedder.vector(prepared.modality, outputs))
+        return prepared, self._submit([(embedder.keys["text"], [prepared.tensor])])
+
+    def immich_answer(
+        self, prepared: Prepared, outputs: list[np.ndarray], size: tuple[int, int] | None
+    ) -> bytes:
+        embedder = self.embedder
+        assert embedder is not None
         self.metrics.input(prepared.modality)
-        self.metrics.model_answered(key, "ok")
-        return immich.answer(vector, size)
+        self.metrics.model_answered(embedder.keys[prepared.modality], "ok")
+        return immich.answer(normalise(embedder.vector(prepared.modality, outputs)), size)
+
+    def immich_photo(
+        self, asked: immich.Asked, peer_gone: Callable[[], bool]
+    ) -> tuple[bytes, dict[str, str]]:
+        """A photo on a request thread: decoded, prepared as Immich prepares it, embedded;
+        Server-Timing as for vision."""
+        embedder = self.embedder
+        assert embedder is not None and asked.image is not None
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        picture = self.decode(asked.image, "the image")
+        decoding, decode_cpu = time.perf_counter() - started, time.thread_time() - cpu_started
+        size = picture.size
+        try:
+            prepared = embedder.prepare_photo(picture)
+        except Rejected as error:  # no image model
+            raise api.ApiError(422, str(error), error.code) from None
+        del picture
+        if size[0] * size[1] >= LARGE_PICTURE:
+            give_back_memory()
+        prepared_at = time.perf_counter()
+        self.metrics.stage("decode", decoding)
+        self.metrics.stage("preprocess", prepared_at - started - decoding)
+        outputs, work = self._infer(embedder.keys["image"], [prepared.tensor], peer_gone)
+        finished = time.perf_counter()
+        answer = self.immich_answer(prepared, outputs, size)
+        answered = time.perf_counter()
+        return answer, server_timing(
+            decode=decoding,
+            preprocess=prepared_at - started - decoding,
+            queue=work.queued_seconds,
+            npu=work.npu_seconds,
+            postprocess=answered - finished,
+            total=answered - started,
+            cpu=time.thread_time() - cpu_started - decode_cpu,
+        )
 
     def hung(self, work: Work) -> api.ApiError:
         """The answer to a request whose NPU call did not return in time."""

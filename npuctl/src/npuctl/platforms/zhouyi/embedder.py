@@ -81,29 +81,27 @@ class ClipEmbedder:
         return Prepared("text", tokens.astype(dtype), len(ids) + 2)
 
     def prepare_image(self, data: bytes) -> Prepared:
-        picture = self._picture(data)
-        return Prepared("image", clip_input(picture, self.runtime.models["clip-visual"].inputs[0]))
-
-    def prepare_photo(self, data: bytes) -> tuple[Prepared, tuple[int, int]]:
-        picture = self._picture(data)
-        info = self.runtime.models["clip-visual"].inputs[0]
-        tensor = clip_input(picture, info, clip_image.immich_resize_and_crop)
-        return Prepared("image", tensor), picture.size
-
-    def _picture(self, data: bytes) -> Image.Image:
-        if "image" not in self.keys:
-            raise Rejected(
-                "this server has no image model: run 'npuctl models fetch clip-visual' and "
-                "restart it",
-                "model_not_found",
-            )
+        self._need_images()
         try:
             picture = decode_rgb(data, self.max_pixels)
         except ImageFormatError as error:
             raise Rejected(str(error), "unsupported_media_type") from None
         except InputError as error:
             raise Rejected(str(error), "invalid_image") from None
-        return picture
+        return Prepared("image", clip_input(picture, self.runtime.models["clip-visual"].inputs[0]))
+
+    def prepare_photo(self, picture: Image.Image) -> Prepared:
+        self._need_images()
+        info = self.runtime.models["clip-visual"].inputs[0]
+        return Prepared("image", clip_input(picture, info, clip_image.immich_resize_and_crop))
+
+    def _need_images(self) -> None:
+        if "image" not in self.keys:
+            raise Rejected(
+                "this server has no image model: run 'npuctl models fetch clip-visual' and "
+                "restart it",
+                "model_not_found",
+            )
 
     def golden_inputs(self) -> tuple[Prepared, Prepared]:
         first, second = GOLDEN_TEXTS
