@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from .npuctl.conftest import DOUBLE_SOURCE, TEFLON_DOUBLE_SOURCE, shared_library, write_model
+from .npuctl.immich_client import immich_client
 from .npuctl.serve_process import start
 
 GOOD_CFG = """\
@@ -349,8 +350,8 @@ def invoke(installed: Installed, invocation: Invocation) -> None:
 
 def serve_answers(installed: Installed) -> None:
     """npuctl serve starts with every model of the board, answers /health, an embedding, a
-    DeepStack detection form (curl, as Frigate posts it) and a KServe v2 tensor request over
-    TCP, and stops on SIGTERM."""
+    DeepStack detection form (curl, as Frigate posts it), a KServe v2 tensor request and
+    Immich's client logic (Node) over TCP, and stops on SIGTERM."""
     server = start(None, "--cpu", "all", npuctl=installed.command())
     try:
         assert server.request("GET", "/health").body == b'{"status":"ok"}'
@@ -373,6 +374,9 @@ def serve_answers(installed: Installed) -> None:
         assert infer.status == 200, infer.body
         (output,) = infer.json()["outputs"]
         assert output["shape"] == [1, 512] and len(output["data"]) == 512
+        immich = immich_client([server.url], installed.scratch / "bus.jpg")
+        assert len(immich["image"]["vector"]) == len(immich["text"]) == 512
+        assert immich["healthyAfterPing"] == {server.url: True}
     finally:
         code = server.stop()
     assert code == 0, server.stderr

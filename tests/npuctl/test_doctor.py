@@ -62,6 +62,15 @@ def test_healthy_board(board, image, models):
     assert checks["versions"]["summary"] == "Driver 5.11.0, libnoe 0.6.0"
     for name in ("clip-text", "clip-visual", "yolov8n"):
         assert "two inferences ok" in checks[f"models.{name}"]["summary"]
+    immich = checks["models.immich.ViT-B-32__openai"]
+    assert immich["status"] == "ok" and "clip-text and clip-visual work" in immich["summary"]
+
+
+def test_immichs_model_needs_both_encoders(board, image, models):
+    (models / "clip_visual.cix").unlink()
+    _, checks = doctor(board, image)
+    immich = checks["models.immich.ViT-B-32__openai"]
+    assert immich["status"] == "info" and immich["fix"] == "npuctl models fetch clip-visual"
 
 
 def test_human_output_has_a_line_per_check_and_a_summary(board, image, models):

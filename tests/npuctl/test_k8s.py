@@ -76,3 +76,20 @@ def test_output_file_holds_what_the_command_prints(board: Board, tmp_path):
     result = board.npuctl("k8s", "render", "--output", str(target))
     assert result.returncode == 0
     assert list(yaml.safe_load_all(target.read_text())) == rendered(board)
+
+
+def test_immich_reaches_the_zhouyi_pods_without_the_key_and_nothing_else_does(board: Board):
+    """Immich's server sends no key: on the family that computes Immich's model, the pods open
+    its routes (and only those, beside the probes); the RK3588's computes none and opens none."""
+    from npuctl.serve.command import _public
+
+    zhouyi = rendered(board)[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--api-key-file" in zhouyi
+    opened = zhouyi[zhouyi.index("--public") + 1]
+    assert _public(opened) == {"health", "openapi", "immich"}
+    rocket = rendered(board, "--family", "rocket")[0]["spec"]["template"]["spec"]
+    assert "--public" not in rocket["containers"][0]["args"]
+    keyless = rendered(board, "--api-key-secret", "none")[0]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--public" not in keyless["args"]  # no key: every route is open already

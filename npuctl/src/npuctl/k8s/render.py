@@ -11,6 +11,7 @@ from jinja2 import Environment, StrictUndefined
 
 from ..defaults import DEFAULT_SERVE_PORT
 from ..doctor.nfd import NAMESPACE
+from ..models.manifest import load_manifest
 from ..platforms.base import Platform
 
 PLUGIN_IMAGE = "squat/generic-device-plugin:latest"
@@ -41,6 +42,8 @@ def render(platform: Platform, choices: Choices) -> str:
         "render_gid": choices.render_gid,
         "workers": platform.serve_workers,
         "api_key_secret": choices.api_key_secret,
+        # Immich's server sends no key: its routes open where the family computes its models
+        "immich": any(entry.immich for entry in load_manifest().models_of(platform.name)),
         "label_namespace": NAMESPACE,
         "labels": {
             "app.kubernetes.io/name": "npuctl-serve",

@@ -239,8 +239,9 @@ def serve(
 ) -> None:
     """The inference server of the board's NPU: DeepStack's POST /v1/vision/detection and
     /v1/vision/classification, OpenAI's POST /v1/embeddings, the open inference protocol
-    (KServe v2: /v2/models/NAME/infer), /health, /ready, /metrics and /openapi.json. SIGTERM
-    finishes the requests in flight; SIGHUP reads the API key file again."""
+    (KServe v2: /v2/models/NAME/infer), Immich's machine learning (POST /predict), /health,
+    /ready, /metrics and /openapi.json. SIGTERM finishes the requests in flight; SIGHUP reads
+    the API key file again."""
     logging.basicConfig(level=logging.INFO, format="npuctl serve: %(message)s", stream=sys.stderr)
     # A malformed request is answered 400 by aiohttp; it is the client's failure, not a log's.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)

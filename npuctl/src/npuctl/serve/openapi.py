@@ -380,7 +380,7 @@ def build(names: list[str], secured: bool) -> dict[str, Any]:
             "title": "npuctl serve",
             "version": __version__,
             "description": "Inference on the board's NPU: OpenAI embeddings, DeepStack vision, "
-            "and the open inference protocol (KServe v2).",
+            "the open inference protocol (KServe v2) and Immich's machine learning.",
         },
         "paths": paths(names, secured),
         "components": {"schemas": SCHEMAS},

@@ -124,6 +124,28 @@ def check_versions(versions: dict[str, str], report: Report) -> None:
         pairing.report_pair(kmd, versions.get("umd", ""), report)
 
 
+def _immich(manifest: Manifest, usable: dict[str, Path], report: Report) -> None:
+    """Whether the models Immich's smart search asks for by name (the manifest's immich:)
+    all work here: its server needs the text and the image encoder alike."""
+    needed: dict[str, list[str]] = {}
+    for entry in manifest.models_of("zhouyi"):
+        if entry.immich:
+            needed.setdefault(entry.immich, []).append(entry.name)
+    for name, models in sorted(needed.items()):
+        missing = [model for model in models if model not in usable]
+        report.add(
+            Finding(
+                f"models.immich.{name}",
+                "models",
+                Status.INFO if missing else Status.OK,
+                f"Immich smart search ({name}): "
+                + (f"needs {', '.join(missing)}" if missing else f"{' and '.join(models)} work"),
+                "npuctl serve answers Immich's /predict with these (docs/serving.md)",
+                fix=f"npuctl models fetch {' '.join(missing)}" if missing else None,
+            )
+        )
+
+
 def check_models(
     manifest: Manifest,
     models_dir: Path,
@@ -235,6 +257,7 @@ def check_models(
             )
         )
         usable[entry.name] = check.path
+    _immich(manifest, usable, report)
     vocab = models_dir / manifest.get("clip-bpe-vocab").file
     if {"clip-text", "clip-visual"} <= set(usable) and vocab.exists():
         answer, problem = _child(
