@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import __version__
 from . import api, auth, immich, kserve, openapi, routes, vision_api
@@ -250,9 +251,16 @@ class Api:
                 form = await request.post()  # urlencoded: held to client_max_size
         except TimeoutError:
             raise _too_slow(timeout) from None
-        except (ValueError, AssertionError, LookupError, UnicodeDecodeError) as error:
+        except (
+            ValueError,
+            AssertionError,
+            LookupError,
+            UnicodeDecodeError,
+            HttpProcessingError,  # a part's head that is no HTTP header
+        ) as error:
+            message = str(error).replace("\n", " ")
             raise api.ApiError(
-                400, f"the form is not well formed ({error})"[:300], "invalid_request"
+                400, f"the form is not well formed ({message})"[:300], "invalid_request"
             ) from None
         fields: dict[str, bytes] = {}
         for name, value in form.items():

@@ -31,8 +31,8 @@ from .connections import Budget, Guard, HeadLimits
 from .metrics import Metrics
 from .models import Serving
 from .owner import NpuOwner
-from .routes import PUBLIC_GROUPS, ROUTES
-from .service import PUBLIC_DEFAULT, Limits, Service
+from .routes import PUBLIC_DEFAULT, PUBLIC_GROUPS, ROUTES
+from .service import Limits, Service
 
 log = logging.getLogger("npuctl.serve")
 

@@ -4,11 +4,13 @@ server; the tests check it against the routes and against recorded answers."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from . import routes
+from .routes import PUBLIC_DEFAULT
 
 if TYPE_CHECKING:
     from .service import Service
@@ -26,6 +28,11 @@ def _answer(description: str, schema: str | None = None, kind: str = _JSON) -> d
         answer["content"] = {kind: {"schema": _ref(schema)}}
     return answer
 
+
+# A text must hold more than white space; a token id is an index of the model's vocabulary.
+_TEXT = {"type": "string", "pattern": "\\S"}
+_TOKEN = {"type": "integer", "minimum": 0}
+_BLANK = {"type": "string", "pattern": "^\\s*$", "description": "blank: the default"}
 
 SCHEMAS: dict[str, Any] = {
     "Health": {
@@ -55,10 +62,14 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "input": {
                 "oneOf": [
-                    {"type": "string"},
-                    {"type": "array", "items": {"type": "string"}},
-                    {"type": "array", "items": {"type": "integer"}},
-                    {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                    _TEXT,
+                    {"type": "array", "items": _TEXT, "minItems": 1},
+                    {"type": "array", "items": _TOKEN, "minItems": 1},
+                    {
+                        "type": "array",
+                        "items": {"type": "array", "items": _TOKEN},
+                        "minItems": 1,
+                    },
                 ]
             },
             "model": {"type": "string"},
@@ -117,8 +128,15 @@ SCHEMAS: dict[str, Any] = {
         "required": ["image"],
         "properties": {
             "image": {"type": "string", "format": "binary"},
-            "min_confidence": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.4},
-            "top_k": {"type": "integer", "minimum": 1, "default": 5},
+            "min_confidence": {
+                "anyOf": [{"type": "number", "minimum": 0, "maximum": 1}, _BLANK],
+                "default": 0.4,
+            },
+            "top_k": {
+                "anyOf": [{"type": "number", "minimum": 1, "maximum": 1000}, _BLANK],
+                "description": "a fraction is cut to a whole number",
+                "default": 5,
+            },
             "api_key": {"type": "string"},
         },
     },
@@ -244,7 +262,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string"},
             "parameters": {"type": "object"},
-            "inputs": {"type": "array", "items": _ref("V2Tensor")},
+            "inputs": {"type": "array", "items": _ref("V2Tensor"), "minItems": 1},
             "outputs": {"type": "array", "items": {"type": "object"}},
         },
     },
@@ -311,7 +329,9 @@ _ERROR_SCHEMA = {
 _RETRY = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "string"}}}
 
 
-def _operation(route: routes.Route, names: list[str], secured: bool) -> dict[str, Any]:
+def _operation(
+    route: routes.Route, names: list[str], secured: bool, public: frozenset[str]
+) -> dict[str, Any]:
     error = _ERROR_SCHEMA[route.api]
     responses = {
         status: _answer(text, schema) for status, (text, schema) in route.responses.items()
@@ -331,7 +351,7 @@ def _operation(route: routes.Route, names: list[str], secured: bool) -> dict[str
     }
     operation: dict[str, Any] = {"summary": route.summary, "responses": responses}
     if secured:
-        if route.public is None:
+        if route.public is None or route.public not in public:
             responses["401"] = _answer("A missing or wrong API key.", error)
         else:
             operation["security"] = []
@@ -362,18 +382,34 @@ def _parameter(name: str, names: list[str]) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
-def paths(names: list[str], secured: bool) -> dict[str, Any]:
+def paths(
+    names: list[str], secured: bool, public: frozenset[str] = PUBLIC_DEFAULT
+) -> dict[str, Any]:
     """Each route of the table, as the document describes it (the deepstack catch-all, which
     only answers 404 or 405, is described with its one method that clients call: POST)."""
     document: dict[str, Any] = {}
     for route in routes.ROUTES:
         method = "post" if route.method == "*" else route.method.lower()
         path = route.path.replace("{unserved:.*}", "{unserved}")
-        document.setdefault(path, {})[method] = _operation(route, names, secured)
+        document.setdefault(path, {})[method] = _operation(route, names, secured, public)
     return document
 
 
-def build(names: list[str], secured: bool) -> dict[str, Any]:
+def build(
+    names: list[str],
+    secured: bool,
+    embedding_models: tuple[str, ...] = (),
+    dimensions: int | None = None,
+    public: frozenset[str] = PUBLIC_DEFAULT,
+) -> dict[str, Any]:
+    """The document of a server serving ``names`` (and, when it embeds, these embedding
+    models of that many dimensions: the only values its embeddings route takes)."""
+    schemas = copy.deepcopy(SCHEMAS)
+    asked = schemas["EmbeddingsRequest"]["properties"]
+    if embedding_models:  # null: as if not given
+        asked["model"] = {"enum": [*embedding_models, None]}
+    if dimensions is not None:
+        asked["dimensions"] = {"enum": [dimensions, None]}
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -382,8 +418,8 @@ def build(names: list[str], secured: bool) -> dict[str, Any]:
             "description": "Inference on the board's NPU: OpenAI embeddings, DeepStack vision, "
             "the open inference protocol (KServe v2) and Immich's machine learning.",
         },
-        "paths": paths(names, secured),
-        "components": {"schemas": SCHEMAS},
+        "paths": paths(names, secured, public),
+        "components": {"schemas": schemas},
     }
     if secured:
         document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
@@ -392,4 +428,13 @@ def build(names: list[str], secured: bool) -> dict[str, Any]:
 
 
 def document(service: Service) -> bytes:
-    return json.dumps(build(list(service.serving.models), service.key is not None)).encode()
+    embedder = service.embedder
+    return json.dumps(
+        build(
+            list(service.serving.models),
+            service.key is not None,
+            service.model_names,
+            embedder.dimensions if embedder else None,
+            service.public,
+        )
+    ).encode()

@@ -278,6 +278,8 @@ ROUTES += (
     ),
 )
 
+# What answers without the API key unless --public says otherwise.
+PUBLIC_DEFAULT = frozenset({"health", "openapi"})
 PUBLIC_GROUPS = tuple(sorted({route.public for route in ROUTES if route.public}))
 
 

@@ -22,11 +22,10 @@ from . import api, auth, immich, kserve, vision_api
 from .metrics import Metrics
 from .models import DETECTION, ServedModel, Serving
 from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, golden_view, similarity
+from .routes import PUBLIC_DEFAULT
 
 log = logging.getLogger("npuctl.serve")
 
-# What answers without the API key: --public takes these names.
-PUBLIC_DEFAULT = frozenset({"health", "openapi"})
 # How often a waiting request looks whether its client is still there.
 _PEER_CHECK_SECONDS = 0.2
 MiB = 1024 * 1024
