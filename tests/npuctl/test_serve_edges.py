@@ -429,3 +429,32 @@ def test_an_npu_call_that_never_returns_ends_its_request_and_turns_health_503(
         finally:
             assert server.stop() == 0
     assert "stopping without it" in server.stderr
+
+
+def test_a_rocket_job_that_never_returns_ends_its_request_and_turns_health_503(
+    rocket_models, bus_jpg: Path, tmp_path: Path
+) -> None:
+    """The same on the RK3588: the Teflon double's job hangs once the server is up; the
+    DeepStack request ends with 504 in DeepStack's shape, /health turns 503, and SIGTERM
+    still ends the server."""
+    hang = tmp_path / "hang-now"
+    env = {
+        **rocket_models.env,
+        "NPUCTL_PLATFORM": "rocket",
+        "TEFLON_DOUBLE_INFER_MS": "5",
+        "TEFLON_DOUBLE_HANG_FILE": str(hang),
+    }
+    server = start(env, "--models", "ssdlite", "--deadline", "1")
+    try:
+        status, answer = curl_form(server, "/v1/vision/detection", f"image=@{bus_jpg}")
+        assert status == 200, answer
+        hang.touch()
+        began = time.monotonic()
+        status, answer = curl_form(server, "/v1/vision/detection", f"image=@{bus_jpg}")
+        assert status == 504 and answer["success"] is False and answer["code"] == 504
+        assert time.monotonic() - began < 10
+        health = server.request("GET", "/health")
+        assert health.status == 503 and "has not returned" in health.json()["reason"]
+    finally:
+        assert server.stop() == 0
+    assert "stopping without it" in server.stderr

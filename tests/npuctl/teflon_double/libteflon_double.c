@@ -7,7 +7,9 @@
  * post-processing, stay on the CPU as with Teflon) and answer each job after this many
  * milliseconds with zeroed outputs: the model's NPU time, for benchmarks of the host's cost.
  * TEFLON_DOUBLE_CORES: jobs that may run at once in one process (default 3, the RK3588's
- * cores); more wait for a core. */
+ * cores); more wait for a core.
+ * TEFLON_DOUBLE_HANG_FILE=path (with TEFLON_DOUBLE_INFER_MS): every job from the moment that
+ * file exists never returns (an NPU that hangs while a server runs). */
 #include <errno.h>
 #include <pthread.h>
 #include <time.h>
@@ -101,6 +103,9 @@ static int kernel_invoke(void *context, Node *node)
 		pthread_cond_wait(&freed, &lock);
 	busy++;
 	pthread_mutex_unlock(&lock);
+	if (getenv("TEFLON_DOUBLE_HANG_FILE") && access(getenv("TEFLON_DOUBLE_HANG_FILE"), F_OK) == 0)
+		for (;;)
+			pause(); /* an NPU that stops answering once the test says so */
 	while (nanosleep(&pause_for, &pause_for) && errno == EINTR)
 		;
 	for (int i = 0; i < node->outputs->size; i++) {
