@@ -458,3 +458,48 @@ def test_a_rocket_job_that_never_returns_ends_its_request_and_turns_health_503(
     finally:
         assert server.stop() == 0
     assert "stopping without it" in server.stderr
+
+
+def test_seventy_slow_clients_leave_health_answering(clip_board: Board) -> None:
+    """Seventy connections from one address dribbling their heads, a header line at a time
+    (and reconnecting whenever they are cut, as an attacker would): /health, asked 200 times
+    meanwhile on new connections, answers at least 99 % of them."""
+    server = start(clip_board.env)
+    stop = threading.Event()
+    reconnects = [0]
+
+    def attack() -> None:
+        def opened() -> socket.socket:
+            raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            raw.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n")
+            return raw
+
+        clients = [opened() for _ in range(70)]
+        while not stop.wait(0.1):  # the attacker's pace: a header line per client
+            for index, raw in enumerate(clients):
+                try:
+                    raw.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    raw.close()
+                    reconnects[0] += 1
+                    clients[index] = opened()
+        for raw in clients:
+            raw.close()
+
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    try:
+        answered = 0
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                answered += server.request("GET", "/health").status == 200
+        stop.set()
+        attacker.join()
+        assert answered >= 198, f"/health answered {answered} of 200"
+        assert server.request("GET", "/health").status == 200
+        # over the 64 places of one address: the oldest half-sent heads made room
+        assert server.metric('npuctl_serve_errors_total{kind="evicted"}') >= 6
+    finally:
+        stop.set()
+        assert server.stop() == 0
+    assert "Traceback" not in server.stderr
