@@ -1,0 +1,203 @@
+"""make bench, the hostile set: npuctl serve (YOLOv8n and CLIP on the libnoe double) under
+the attacks an unauthenticated peer can send, each measured while it runs:
+
+- endless headers: eight connections each sending one header value as fast as the socket
+  takes it, reconnecting whenever the server cuts them; the server's CPU per attacking
+  connection against the attack's duration;
+- seventy slow clients from one address, a header line each every 100 ms, reconnecting when
+  cut; /health asked meanwhile on new connections: the share answered 200;
+- eight picture bombs at once (1-bit PNGs of 7000 x 7000, 147 MB each decoded): the server's
+  resident memory afterwards against its warm size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PIL import Image
+
+from bench.host_cost import build_double
+from bench.report import print_rows
+from bench.serve_cost import cpu_seconds, rss_kib
+from bench.vision_cost import form
+from tests.npuctl.serve_process import Server, start
+from tests.npuctl.test_pipelines import synthetic_output
+
+BENCH = "hostile"
+ATTACK_SECONDS = 4.0
+
+
+def attack(
+    server: Server, connections: int, opening: bytes, each: Callable[[socket.socket], None]
+) -> float:
+    """``connections`` attackers for ATTACK_SECONDS, each sending ``opening`` and then
+    ``each`` over and over, reconnecting when cut; the server's CPU seconds meanwhile."""
+    stop = threading.Event()
+
+    def attacker() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+                    raw.sendall(opening)
+                    while not stop.is_set():
+                        each(raw)
+            except OSError:
+                continue  # cut: come back, as an attacker does
+
+    before = cpu_seconds(server.process.pid)
+    threads = [threading.Thread(target=attacker, daemon=True) for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    stop.wait(ATTACK_SECONDS)
+    stop.set()
+    used = cpu_seconds(server.process.pid) - before
+    for thread in threads:
+        thread.join(timeout=10)
+    return used
+
+
+def endless_header_row(server: Server) -> dict:
+    value = b"a" * 16384
+
+    def endless(raw: socket.socket) -> None:
+        raw.sendall(value)
+
+    connections = 8
+    opening = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Endless: "
+    per_connection = attack(server, connections, opening, endless) / connections
+    ratio = per_connection / ATTACK_SECONDS
+    return {
+        "name": "endless header values, 8 connections: server CPU per connection",
+        "unit": "s of CPU; reference: the attack's duration",
+        "ours": per_connection,
+        "reference": ATTACK_SECONDS,
+        "ratio": ratio,
+        "target": "ours/reference <= 0.1",
+        "ok": ratio <= 0.1 and health_answers(server),
+    }
+
+
+def slow_clients_row(server: Server) -> list[dict]:
+    asked = answered = 0
+
+    def dribble(raw: socket.socket) -> None:
+        raw.sendall(b"X-Slow: 1\r\n")
+        time.sleep(0.1)  # the attacker's pace, not a wait for the server
+
+    def probe() -> None:
+        nonlocal asked, answered
+        deadline = time.monotonic() + ATTACK_SECONDS
+        while time.monotonic() < deadline:
+            asked += 1
+            with contextlib.suppress(OSError):
+                answered += server.request("GET", "/health").status == 200
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    connections = 70
+    opening = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
+    per_connection = attack(server, connections, opening, dribble) / connections
+    prober.join()
+    availability = answered / asked
+    return [
+        {
+            "name": "70 slow clients: /health answered while they dribble",
+            "unit": "share of /health probes answered 200; reference: all of them",
+            "ours": availability,
+            "reference": 1.0,
+            "ratio": availability,
+            "target": "ours/reference >= 0.99",
+            "ok": availability >= 0.99,
+        },
+        {
+            "name": "70 slow clients: server CPU per connection",
+            "unit": "s of CPU; reference: the attack's duration",
+            "ours": per_connection,
+            "reference": ATTACK_SECONDS,
+            "ratio": per_connection / ATTACK_SECONDS,
+            "target": "ours/reference <= 0.1",
+            "ok": per_connection / ATTACK_SECONDS <= 0.1,
+        },
+    ]
+
+
+def bombs_row(server: Server) -> dict:
+    picture = io.BytesIO()
+    Image.new("1", (7000, 7000)).save(picture, "PNG")
+    body, headers = form(picture.getvalue())
+
+    def post() -> int:
+        connection = server.connection(timeout=120)
+        try:
+            connection.request("POST", "/v1/vision/detection", body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        finally:
+            connection.close()
+
+    for _ in range(3):  # warm: the model and a first picture's buffers
+        assert post() == 200
+    warm = rss_kib(server.process.pid)
+    statuses: list[int] = []
+    threads = [threading.Thread(target=lambda: statuses.append(post())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    after = rss_kib(server.process.pid)
+    return {
+        "name": "8 picture bombs at once: resident memory afterwards",
+        "unit": "MiB; reference: the warm server's",
+        "ours": after / 1024,
+        "reference": warm / 1024,
+        "ratio": after / warm,
+        "target": "ours/reference <= 1.2, every bomb answered",
+        "ok": after / warm <= 1.2 and statuses == [200] * 8,
+    }
+
+
+def health_answers(server: Server) -> bool:
+    return server.request("GET", "/health").status == 200
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        device = scratch / "device"
+        device.write_bytes(b"")
+        models = scratch / "models"
+        models.mkdir()
+        canned = scratch / "yolo.bin"
+        canned.write_bytes(synthetic_output([(0, 0.9, 200, 330, 120, 400)]).tobytes())
+        (models / "yolov8n.cix").write_text(
+            f"NOEDOUBLE 1\ninput U8 1228800 255.0 0\noutput F16 1411200 1.0 0 {canned}\n"
+        )
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "NPUCTL_LIBNOE": str(build_double(scratch)),
+            "NPUCTL_MODELS": str(models),
+            "NOE_DOUBLE_DEVICE": str(device),
+            "NOE_DOUBLE_INFER_MS": "15",
+            "NPUCTL_PLATFORM": "zhouyi",
+        }
+        server = start(env, "--models", "yolo")
+        try:
+            results = [endless_header_row(server), *slow_clients_row(server), bombs_row(server)]
+            if "Traceback" in server.stderr:
+                raise RuntimeError(f"the server logged a traceback:\n{server.stderr[-3000:]}")
+        finally:
+            server.stop()
+    return 0 if print_rows(results, BENCH) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
