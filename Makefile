@@ -99,7 +99,7 @@ module: patch
 ## test: every test, then npuctl's tests again on the oldest supported dependencies, and the
 ## board-image scenarios again as a user without root
 test: $(DEPS_STAMP)
-	$(PY) -m pytest $(PYTEST) $(or $(PYTEST_ARGS),tests)
+	$(PY) -m pytest $(PYTEST) --durations=25 $(or $(PYTEST_ARGS),tests)
 	$(MAKE) --no-print-directory test-oldest
 	$(MAKE) --no-print-directory test-rootless
 
