@@ -63,7 +63,7 @@ def schemathesis(server: Server, seconds: int, tmp_path: Path) -> subprocess.Com
 def test_the_document_matches_the_server(every_model: Board, tmp_path: Path) -> None:
     server = start(every_model.env)
     try:
-        result = schemathesis(server, 30, tmp_path)
+        result = schemathesis(server, 15, tmp_path)
         assert server.request("GET", "/health").status == 200
     finally:
         assert server.stop() == 0
@@ -78,7 +78,7 @@ def test_the_document_matches_a_server_with_a_key(every_model: Board, tmp_path: 
     key_file.write_text(KEY)
     server = start(every_model.env, "--api-key-file", str(key_file))
     try:
-        result = schemathesis(server, 15, tmp_path)
+        result = schemathesis(server, 8, tmp_path)
     finally:
         assert server.stop() == 0
     assert result.returncode == 0, result.stdout[-6000:]
