@@ -71,7 +71,7 @@ def test_the_tables_show_both_runs_from_the_reports(tmp_path, monkeypatch):
     assert len(lines) == 1
     assert "1.10x ok" in lines[0] and "1.10x **MISSED**" in lines[0]
     assert "quiet conditions" in text and "busy conditions" in text
-    assert "Not run yet: serve-cost, watch-quality, vision-cost, image-size." in text
+    assert "Not run yet: serve-cost, watch-quality, vision-cost, hostile, image-size." in text
 
 
 # -- make bench's exit status: every target met, a target missed, a benchmark not run here ----

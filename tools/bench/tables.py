@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.report import SCHEMA
 from pipeline.atomic import write_atomically
 
-BENCHES = ("host-cost", "serve-cost", "watch-quality", "vision-cost", "image-size")
+BENCHES = ("host-cost", "serve-cost", "watch-quality", "vision-cost", "hostile", "image-size")
 
 
 def load(folder: Path, bench: str) -> dict | None:
