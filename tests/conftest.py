@@ -6,12 +6,72 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pipeline.config import Config, load_config, load_package
 from pipeline.fetch import cache_root, find_upstream
+
+ARM64_IMAGE_TEST = "test_the_arm64_image_runs_npuctl_under_emulation"
+
+
+@dataclass
+class ImageBuild:
+    """An image build running beside the tests: ``dist`` receives the images."""
+
+    process: subprocess.Popen[bytes]
+    dist: Path
+    log: Path
+
+    def result(self) -> tuple[int, str]:
+        code = self.process.wait()
+        return code, self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def arm64_image_build(request, tmp_path_factory) -> Iterator[ImageBuild | None]:
+    """The arm64 image takes minutes under qemu, on one core: when its test is among those
+    collected, its build starts with the session and runs beside the other tests (its test
+    takes the result, or builds it itself where this could not start it)."""
+    wanted = any(item.name == ARM64_IMAGE_TEST for item in request.session.items)
+    if not wanted or os.geteuid() != 0 or not shutil.which("mmdebstrap"):
+        yield None
+        return
+    import arm64_emulation
+
+    if arm64_emulation.missing():
+        yield None
+        return
+    try:
+        debs = request.getfixturevalue("npuctl_debs")
+    except (Exception, pytest.skip.Exception):  # the image test will say why, in its turn
+        yield None
+        return
+    dist = tmp_path_factory.mktemp("arm64-image-dist")
+    for deb in debs.values():
+        shutil.copy(deb, dist)
+    log = dist / "build.log"
+    work = tmp_path_factory.mktemp("arm64-image-work")
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "oci_image", "--dist", str(dist), "--images", "npuctl"),
+                *("--architectures", "arm64", "build", "--work", str(work)),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+    build = ImageBuild(process, dist, log)
+    yield build
+    if process.poll() is None:  # the session ended first: the tool cleans up on SIGTERM
+        process.terminate()
+        process.wait(timeout=120)
 
 
 @pytest.fixture(scope="session")

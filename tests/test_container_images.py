@@ -33,7 +33,7 @@ from oci_image import workspace
 from pipeline.fetch import cache_root
 from pipeline.npuctl_package import npuctl_version
 
-from .conftest import run
+from .conftest import ImageBuild, run
 from .npuctl.board_image import RENDER_GID, BoardImage
 
 # The picture, vocabulary and model builder of npuctl's own tests, as fixtures here too.
@@ -161,12 +161,20 @@ ARM64_IMAGES = ("npuctl", "npuctl-rocket") if FULL else ("npuctl",)
 
 
 @pytest.fixture(scope="session")
-def arm64_image(image_debs: Path, tmp_path_factory) -> Path:
+def arm64_image(image_debs: Path, arm64_image_build: ImageBuild | None, tmp_path_factory) -> Path:
     """The images for arm64, as the boards run them; their maintainer scripts run under qemu
-    (about 6 minutes an image on 2 cores): 'make test' builds the Zhouyi image, 'make
-    check-images' both."""
+    (about 6 minutes an image on 2 cores): 'make test' builds the Zhouyi image (started with
+    the session, beside the other tests), 'make check-images' both."""
     if missing := arm64_emulation.missing():
         pytest.skip(missing.line())
+    if arm64_image_build is not None and ARM64_IMAGES == ("npuctl",):
+        code, log = arm64_image_build.result()
+        assert code == 0, log
+        # beside the amd64 images, as one 'make image' leaves both
+        shutil.copytree(
+            arm64_image_build.dist / "images", image_debs / "images", dirs_exist_ok=True
+        )
+        return image_debs
     work = str(tmp_path_factory.mktemp("w64"))
     result = image_tool(
         image_debs,
