@@ -32,6 +32,7 @@ from bench.host_cost import ROOT, build_double, compile_double, test_data
 from bench.report import print_rows
 from bench.serve_cost import cpu_seconds
 from npuctl.images import decode_rgb
+from tests.npuctl.immich_photos import half_scale_share, immich_preview
 from tests.npuctl.serve_process import Server, start
 from tests.npuctl.test_pipelines import synthetic_output
 from tests.npuctl.tflite_models import pooled_classifier, ssd_detector
@@ -74,6 +75,15 @@ def form(image: bytes | None, **fields: str) -> tuple[bytes, dict[str, str]]:
         )
     body += f"--{BOUNDARY}--\r\n".encode()
     return body, {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+def raw_request(path: str, image: bytes | None, **fields: str) -> bytes:
+    """A whole POST of the form, made once and sent as it is."""
+    body, headers = form(image, **fields)
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {headers['Content-Type']}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def npu_seconds(server: Server, model: str) -> tuple[float, float]:
@@ -126,11 +136,7 @@ def host_cost(
     decode aside (Server-Timing's cpu), against the request's NPU time. CPU time, not wall
     time: a job beside the server delays its threads but does not add to their work. The
     wall-time account is printed beside (medians of the quietest round)."""
-    body, headers = form(image)
-    request = (
-        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: {headers['Content-Type']}\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+    request = raw_request(path, image)
     connection = socket.create_connection(("127.0.0.1", server.port))
     connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for _ in range(5):
@@ -158,23 +164,10 @@ def host_cost(
     }
 
 
-def immich_preview(bus: Path) -> bytes:
-    """A preview as Immich's server makes them: the long side 1440, JPEG quality 80."""
-    buffer = io.BytesIO()
-    Image.open(bus).convert("RGB").resize((1080, 1440), Image.LANCZOS).save(
-        buffer, "JPEG", quality=80
-    )
-    return buffer.getvalue()
-
-
 def process_cost(server: Server, name: str, model: str, image: bytes | None, **fields: str) -> dict:
     """The server's CPU per Immich request, every thread counted (the resize runs on helper
     threads), the JPEG decode aside, against the request's NPU time."""
-    body, headers = form(image, **fields)
-    request = (
-        f"POST /predict HTTP/1.1\r\nHost: bench\r\nContent-Type: {headers['Content-Type']}\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+    request = raw_request("/predict", image, **fields)
     connection = socket.create_connection(("127.0.0.1", server.port))
     for _ in range(5):
         bare_post(connection, request)  # warm
@@ -217,19 +210,9 @@ def immich_rows(server: Server, preview: bytes) -> list[dict]:
 
 
 def half_scale_row(preview: bytes) -> dict:
-    """Whether a half-scale JPEG decode (Pillow's draft) would give Immich's input: the share
-    of the quantized 224x224 input within one step of the full-size decode's. The server
-    decodes at full size while this stays under 99 %."""
-    from npuctl.platforms.zhouyi.pipelines import clip_image
-
-    def quantized(picture: Image.Image) -> np.ndarray:
-        fit = clip_image.immich_resize_and_crop
-        return clip_image.quantized(picture, 64.75, 12, np.dtype(np.uint8), fit).astype(int)
-
-    full = quantized(decode_rgb(preview, 50_000_000))
-    half = Image.open(io.BytesIO(preview))
-    half.draft("RGB", (half.width // 2, half.height // 2))
-    within = float(np.mean(np.abs(quantized(half.convert("RGB")) - full) <= 1)) * 100
+    """Whether a half-scale JPEG decode would give Immich's input. The server decodes at full
+    size while this stays under 99 %."""
+    within = half_scale_share(preview) * 100
     return {
         "name": "Immich photo decoded at half scale: input within one step of full size's",
         "unit": "% of elements; reference: the 99 % a reduced decode would need",

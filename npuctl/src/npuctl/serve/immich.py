@@ -29,7 +29,6 @@ ROOT = {"message": "Immich ML"}
 
 @dataclass(frozen=True)
 class Asked:
-    modality: str  # "image" | "text"
     model_name: str
     image: bytes | None
     text: str | None
@@ -71,14 +70,14 @@ def parse(fields: dict[str, bytes], served: tuple[str, ...]) -> Asked:
     if kind == VISUAL:
         if image is None:
             raise _refused(400, "a clip visual entry needs the photo in the field 'image'")
-        return Asked("image", model_name, image, None)
+        return Asked(model_name, image, None)
     if text is None:
         raise _refused(400, "a clip textual entry needs the field 'text'")
     try:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError:
         raise _refused(400, "the text is not UTF-8") from None
-    return Asked("text", model_name, None, decoded)
+    return Asked(model_name, None, decoded)
 
 
 def cleaned(text: str) -> str:

@@ -1,0 +1,36 @@
+"""An Immich preview and the half-scale decode measurement, shared by the Immich tests and
+make bench: one definition of each, so the test and the bench row measure the same thing."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from npuctl.images import decode_rgb
+from npuctl.platforms.zhouyi.pipelines import clip_image
+
+
+def immich_preview(photo: Path) -> bytes:
+    """A preview as Immich's server makes them: the long side 1440, JPEG quality 80."""
+    buffer = io.BytesIO()
+    Image.open(photo).convert("RGB").resize((1080, 1440), Image.LANCZOS).save(
+        buffer, "JPEG", quality=80
+    )
+    return buffer.getvalue()
+
+
+def half_scale_share(jpeg: bytes) -> float:
+    """The share of Immich's quantized 224x224 input that a half-scale decode (Pillow's draft)
+    gives within one step of the full-size decode's."""
+
+    def quantized(picture: Image.Image) -> np.ndarray:
+        fit = clip_image.immich_resize_and_crop
+        return clip_image.quantized(picture, 64.75, 12, np.dtype(np.uint8), fit).astype(int)
+
+    full = quantized(decode_rgb(jpeg, 50_000_000))
+    half = Image.open(io.BytesIO(jpeg))
+    half.draft("RGB", (half.width // 2, half.height // 2))
+    return float(np.mean(np.abs(quantized(half.convert("RGB")) - full) <= 1))
