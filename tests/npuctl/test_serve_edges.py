@@ -222,6 +222,16 @@ def test_404_for_what_is_not_served_and_405_with_allow_for_what_is(yolo_board, b
         assert wrong.json()["success"] is False
         wrong = server.request("DELETE", "/v1/embeddings")
         assert wrong.status == 405 and "POST" in wrong.headers["Allow"]
+        health = server.request("POST", "/health")
+        assert health.status == 405 and health.headers["Allow"] == "GET,HEAD"
+        # Paths no pattern of the router spells: still the path's API's 404, in JSON.
+        for path, shape in (
+            ("/x%0Ay", "error"),
+            ("/v1/vision/%0A", "success"),
+            ("/v2/%0D", "error"),
+        ):
+            odd = server.request("POST", path, b"")
+            assert odd.status == 404 and shape in odd.json(), path
         for path in ("/v1/vision/scene", "/v1/vision/face/recognize", "/v1/vision/custom/x"):
             status, answer = curl_form(server, path, "image=@/dev/null")
             assert status == 404 and answer["success"] is False, path

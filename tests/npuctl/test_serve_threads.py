@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +58,38 @@ def test_a_refused_pin_leaves_the_threads_where_they_are(monkeypatch) -> None:
     monkeypatch.setattr(os, "sched_setaffinity", refused)
     placement = affinity.pin("1")
     assert placement.startswith("threads on CPUs 0-1 (keeping them on CPU 1 failed:")
+
+
+def test_a_refused_policy_leaves_the_thread_as_it_was(monkeypatch) -> None:
+    """SCHED_BATCH refused (a seccomp filter without sched_setscheduler): serving goes on."""
+
+    def refused(pid: int, policy: int, parameters: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    affinity.wait_for_the_holder()
+
+
+def policies_of_threads(pid: int) -> dict[int, int]:
+    policies = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            policies[int(task.name)] = os.sched_getscheduler(int(task.name))
+    return policies
+
+
+def test_only_the_event_loop_preempts_on_waking(clip_board: Board) -> None:
+    """The event loop keeps the default policy (a request arriving wakes it at once); the
+    NPU owner and the request threads it hands work to are SCHED_BATCH."""
+    server = start(clip_board.env)
+    try:
+        answer = server.request("POST", "/v1/embeddings", json.dumps({"input": "a"}).encode())
+        assert answer.status == 200
+        policies = policies_of_threads(server.process.pid)
+        assert policies.pop(server.process.pid) == os.SCHED_OTHER
+        assert os.SCHED_BATCH in policies.values()
+    finally:
+        assert server.stop() == 0
 
 
 def cpus_of_threads(pid: int) -> dict[int, str]:

@@ -9,6 +9,7 @@ waiting for the device, not on the CPU."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from pathlib import Path
@@ -52,6 +53,17 @@ def pin(setting: str) -> str:
     except OSError as error:  # a seccomp filter or a cpuset changed under us: serve anyway
         return f"threads on CPUs {_ranges(allowed)} (keeping them on CPU {cpu} failed: {error})"
     return f"threads on CPU {cpu}; --cpu all spreads them"
+
+
+def wait_for_the_holder() -> None:
+    """Let this thread, once woken, wait for the running thread's turn to end instead of
+    preempting it (SCHED_BATCH, at the same nice value; no privilege needed). A Python
+    thread woken by a hand-over can do nothing until it holds the interpreter lock, which
+    the thread that woke it still holds: preempting it only buys two context switches, and
+    the loop's hand-over to the NPU owner paid them on every request."""
+    # A seccomp filter, or not Linux: the default policy stays.
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def _capacity(sysfs: Path, cpu: int) -> int:

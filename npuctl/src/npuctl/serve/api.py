@@ -75,7 +75,7 @@ def parse(
 ) -> Request:
     """The request's inputs as tensors, or ApiError (400) naming the offending field."""
     try:
-        document = json.loads(body)
+        document = orjson.loads(body) if orjson is not None else json.loads(body)
     except (ValueError, RecursionError) as error:
         raise ApiError(400, f"the body is not valid JSON ({error})", "invalid_json") from None
     if not isinstance(document, dict):

@@ -18,7 +18,7 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import __version__
-from . import api, auth, immich, kserve, openapi, routes, vision_api
+from . import affinity, api, auth, immich, kserve, openapi, routes, vision_api
 from .connections import Guard
 from .metrics import CONTENT_TYPE
 from .models import CLASSIFICATION, DETECTION, ServedModel
@@ -62,45 +62,80 @@ class Api:
         limits = service.limits
         # Threads for the blocking work: one per request in flight, as many as connections.
         self.threads = ThreadPoolExecutor(
-            max_workers=2 * limits.max_connections, thread_name_prefix="request"
+            max_workers=2 * limits.max_connections,
+            thread_name_prefix="request",
+            initializer=affinity.wait_for_the_holder,
         )
+        # Each get_running_loop() asks the kernel for the process id: once is enough.
+        self.loop = asyncio.get_running_loop()
 
     # -- the application ------------------------------------------------------------------
     def application(self) -> web.Application:
         limits = self.service.limits
-        app = web.Application(
-            client_max_size=max(limits.max_body, limits.max_upload),
-            middlewares=[self._answer],
-        )
+        # No middleware: every answer passes through _answer, bound to its route, so a
+        # request resumes through as few coroutines as possible.
+        app = web.Application(client_max_size=max(limits.max_body, limits.max_upload))
         for route in routes.ROUTES:
-            handler = self._bound(route)
+            handler = self._bound(route, getattr(self, route.handler))
             expect = functools.partial(self._expect, route)
             methods = ("GET", "HEAD") if route.method == "GET" else (route.method,)
             for method in methods:
                 app.router.add_route(method, route.path, handler, expect_handler=expect)
+        # Checked last: a path no route serves, or a served path asked with another method,
+        # answered in that path's API shape (aiohttp's router answers in plain text).
+        app.router.add_route(
+            "*",
+            r"/{unmatched:[\s\S]*}",
+            self._bound(None, self._unmatched),
+            expect_handler=self._refuse,
+        )
         return app
 
-    def _bound(self, route: Route) -> Handler:
-        async def handler(request: web.Request) -> web.StreamResponse:
-            return await getattr(self, route.handler)(request)
+    def _bound(self, route: Route | None, handler: Handler) -> Handler:
+        bound = functools.partial(self._answer, route, handler)
+        bound.route = route  # type: ignore[attr-defined]
+        return bound
 
-        handler.route = route  # type: ignore[attr-defined]
-        return handler
-
-    @web.middleware
-    async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _answer(
+        self, route: Route | None, handler: Handler, request: web.Request
+    ) -> web.StreamResponse:
         """Every answer: in flight for draining, counted, and each failure in its API's shape."""
         service = self.service
         started = time.perf_counter()
-        route: Route | None = getattr(handler, "route", None)
         shape = route.api if route else routes.api_of(request.path)
         guard = self.guards.get(request.transport)
         if guard is not None:
             guard.request_started()
-            guard.handler = asyncio.current_task()
+            guard.handler = asyncio.current_task(self.loop)
         service.begin()
         try:
-            response = await self._checked(request, handler, route, shape)
+            if service.draining.is_set():
+                raise api.ApiError(
+                    503,
+                    "the server is shutting down: retry on another",
+                    "shutting_down",
+                    kind="shutting_down",
+                    headers={"Retry-After": "5"},
+                )
+            if route is not None:
+                self._authorize_header(request, route)
+                self._bodies(request, route)
+            response = await handler(request)
+        except api.ApiError as error:
+            response = self._error(shape, error)
+        except web.HTTPException as error:  # aiohttp's 413
+            response = self._error(shape, _from_http(error, request))
+        except ClientGone:
+            service.metrics.errors.labels("cancelled").inc()
+            response = web.Response(status=499)  # nobody reads it
+        except Exception:  # a bug must cost one request, not the server
+            log.exception("internal error answering %s %s", request.method, request.path[:200])
+            response = self._error(
+                shape,
+                api.ApiError(
+                    500, "internal error (see the service log)", "internal", kind="internal"
+                ),
+            )
         finally:
             service.end()
             if guard is not None:
@@ -118,38 +153,16 @@ class Api:
         )
         return response
 
-    async def _checked(
-        self, request: web.Request, handler: Handler, route: Route | None, shape: str
-    ) -> web.StreamResponse:
-        service = self.service
-        try:
-            if service.draining.is_set():
-                raise api.ApiError(
-                    503,
-                    "the server is shutting down: retry on another",
-                    "shutting_down",
-                    kind="shutting_down",
-                    headers={"Retry-After": "5"},
-                )
-            if route is not None:
-                self._authorize_header(request, route)
-                self._bodies(request, route)
-            return await handler(request)
-        except api.ApiError as error:
-            return self._error(shape, error)
-        except web.HTTPException as error:  # the router's 404 and 405, aiohttp's 413
-            return self._error(shape, _from_http(error, request))
-        except ClientGone:
-            service.metrics.errors.labels("cancelled").inc()
-            return web.Response(status=499)  # nobody reads it
-        except Exception:  # a bug must cost one request, not the server
-            log.exception("internal error answering %s %s", request.method, request.path[:200])
-            return self._error(
-                shape,
-                api.ApiError(
-                    500, "internal error (see the service log)", "internal", kind="internal"
-                ),
-            )
+    async def _unmatched(self, request: web.Request) -> web.Response:
+        raise _unmatched(request)
+
+    async def _refuse(self, request: web.Request) -> web.StreamResponse:
+        """Expect: 100-continue on a path that is not served: refused before the body."""
+        response = self._error(routes.api_of(request.path), _unmatched(request))
+        response.force_close()
+        response.headers["Connection"] = "close"
+        self.service.metrics.answered("other", response.status, 0.0)
+        return response
 
     def _error(self, shape: str, error: api.ApiError) -> web.Response:
         self.service.metrics.errors.labels(error.kind).inc()
@@ -292,8 +305,7 @@ class Api:
         raise api.ApiError(400, f"the form has more than {MAX_PARTS} parts", "invalid_request")
 
     async def _blocking(self, function: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.threads, functools.partial(function, *args))
+        return await self.loop.run_in_executor(self.threads, functools.partial(function, *args))
 
     @staticmethod
     def _peer_gone(request: web.Request) -> Callable[[], bool]:
@@ -363,7 +375,7 @@ class Api:
         """Each work's outputs, awaited without a thread: the NPU owner wakes the loop when
         one is done. A client that leaves cancels the handler (and so its inputs); a call
         that does not return by the deadline ends the request with 504."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         results = []
         try:
             for work in works:
@@ -541,25 +553,27 @@ def _too_slow(seconds: float) -> api.ApiError:
     )
 
 
-def _from_http(error: web.HTTPException, request: web.Request) -> api.ApiError:
-    """aiohttp's own refusals (the router's 404 and 405, a body over the size limit) as this
-    server's errors."""
-    status = error.status
-    if status == 404:
+def _unmatched(request: web.Request) -> api.ApiError:
+    """404 for a path that is not served, whatever the method; 405 (with Allow) for a served
+    path asked with another method."""
+    allowed = routes.methods_at(request.path)
+    if not allowed:
         return api.ApiError(
             404, f"no such endpoint: {request.path[:200]}", "not_found", kind="not_found"
         )
-    if status == 405:
-        allowed = error.headers.get("Allow", "")
-        return api.ApiError(
-            405,
-            f"{request.method} is not served here: use {allowed}",
-            "method_not_allowed",
-            kind="invalid_request",
-            headers={"Allow": allowed},
-        )
-    if status == 413:
+    return api.ApiError(
+        405,
+        f"{request.method} is not served here: use {','.join(allowed)}",
+        "method_not_allowed",
+        kind="invalid_request",
+        headers={"Allow": ",".join(allowed)},
+    )
+
+
+def _from_http(error: web.HTTPException, request: web.Request) -> api.ApiError:
+    """aiohttp's own refusals (a body over the size limit) as this server's errors."""
+    if error.status == 413:
         return api.ApiError(
             413, str(error.text or error.reason), "request_too_large", kind="too_large"
         )
-    return api.ApiError(status, error.reason, "invalid_request")
+    return api.ApiError(error.status, error.reason, "invalid_request")

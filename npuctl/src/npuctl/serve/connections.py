@@ -93,6 +93,8 @@ class Guard(asyncio.Protocol):
         self.limits = limits
         self.metrics = metrics
         self.registry = registry
+        # Each get_running_loop() asks the kernel for the process id: once per connection.
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.client = ""
         self.in_request = False  # a whole head has arrived and its answer is not yet sent
@@ -161,8 +163,7 @@ class Guard(asyncio.Protocol):
         no head, and heads are watched again only after that."""
         if not body_read:
             self._disarm()
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.limits.linger + 1, self.request_finished)
+            self._timer = self.loop.call_later(self.limits.linger + 1, self.request_finished)
             return
         self.in_request = False
         self.handler = None
@@ -213,8 +214,7 @@ class Guard(asyncio.Protocol):
 
     def _arm(self) -> None:
         self._disarm()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.limits.head_timeout, self._too_slow)
+        self._timer = self.loop.call_later(self.limits.head_timeout, self._too_slow)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -258,7 +258,7 @@ class Guard(asyncio.Protocol):
         with_eof: Callable[[], bool] = getattr(self.transport, "can_write_eof", lambda: False)
         if with_eof():
             self.transport.write_eof()
-        asyncio.get_running_loop().call_later(1.0, self.transport.close)
+        self.loop.call_later(1.0, self.transport.close)
 
     def _close(self) -> None:
         self._disarm()

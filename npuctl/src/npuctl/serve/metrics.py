@@ -93,6 +93,7 @@ class Metrics:
             ["model", "outcome"],
             registry=registry,
         )
+        self._model_answered: dict[tuple[str, str], Any] = {}
         self._answered: dict[tuple[str, int], Any] = {}
         self.request_seconds = Histogram(
             "npuctl_serve_request_duration_seconds",
@@ -119,7 +120,11 @@ class Metrics:
         histogram.observe(seconds)
 
     def model_answered(self, model: str, outcome: str) -> None:
-        self.model_requests.labels(model, outcome).inc()
+        key = (model, outcome)
+        counter = self._model_answered.get(key)
+        if counter is None:
+            counter = self._model_answered[key] = self.model_requests.labels(model, outcome)
+        counter.inc()
 
     def input(self, modality: str) -> None:
         self._inputs[modality].inc()

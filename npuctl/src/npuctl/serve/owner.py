@@ -17,6 +17,7 @@ import numpy as np
 
 from ..embedder import JobReuse, NpuFailure
 from ..errors import NpuctlError
+from . import affinity
 from .metrics import Metrics
 from .models import Runtime, ServedModel
 
@@ -152,6 +153,7 @@ class NpuOwner:
         return not any(thread.is_alive() for thread in alive)
 
     def _run(self, index: int) -> None:
+        affinity.wait_for_the_holder()
         runtime = self.runtimes[index]
         try:
             reuse = runtime.start()

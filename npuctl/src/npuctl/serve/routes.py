@@ -3,6 +3,8 @@ and the route list in docs/serving.md are all made from this table."""
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
 
 # Whose error shape a route answers in (a client parses its own API's errors only).
@@ -292,6 +294,30 @@ def api_of(path: str) -> str:
     if path in ("/predict", "/ping"):
         return IMMICH
     return OPENAI
+
+
+def methods_at(path: str) -> list[str]:
+    """The methods the table serves at ``path``, as a 405's Allow lists them."""
+    methods: set[str] = set()
+    for route, pattern in _patterns():
+        if pattern.fullmatch(path):
+            methods.update(("GET", "HEAD") if route.method == "GET" else (route.method,))
+    return sorted(methods)
+
+
+@functools.cache
+def _patterns() -> list[tuple[Route, re.Pattern[str]]]:
+    """Each route's path as a regular expression: {name} one segment, {name:regex} the regex."""
+    compiled = []
+    for route in ROUTES:
+        parts = re.split(r"\{\w+(?::([^}]*))?\}", route.path)
+        # re.split gives literal, group, literal, group, ...: literals escaped, groups kept.
+        pattern = "".join(
+            re.escape(part) if index % 2 == 0 else f"(?:{part or '[^/]+'})"
+            for index, part in enumerate(parts)
+        )
+        compiled.append((route, re.compile(pattern)))
+    return compiled
 
 
 def listing() -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,8 +77,8 @@ class TensorInfo:
     zero_point: int
     data_type: int
 
-    @property
-    def dtype(self) -> np.dtype:
+    @functools.cached_property
+    def dtype(self) -> np.dtype:  # asked for at every load and output: looked up once
         return abi.numpy_dtype(self.data_type)
 
     @property
