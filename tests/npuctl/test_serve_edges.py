@@ -124,6 +124,37 @@ def test_a_binary_data_size_that_is_not_a_whole_number_is_400(clip_board: Board)
         assert server.stop() == 0
 
 
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        'form-data; name="image"; filename="blob"',
+        'form-data; name="entries"',
+        'form-data; name="min_confidence"',
+        'form-data; name="a.b-c_d"; filename="photo 1.jpg"',
+        'form-data; name="caf\u00e9"',
+        'form-data; name="a\\"b"',
+        "form-data; name*=UTF-8''caf%C3%A9",
+        'form-data; name="x"; filename="%41.jpg"',
+        'Form-Data; name="image"',
+        "form-data; name=image",
+        'form-data; name=""',
+        "form-data",
+        "",
+        'form-data; name="a"; name="b"',
+    ],
+)
+def test_a_parts_name_is_the_one_aiohttp_reads(disposition: str) -> None:
+    """The direct reading of plain part heads gives what aiohttp's own parser does."""
+    from aiohttp import BodyPartReader
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from npuctl.serve.app import part_name
+
+    headers = CIMultiDictProxy(CIMultiDict({"Content-Disposition": disposition}))
+    part = BodyPartReader(b"--x", headers, None)  # type: ignore[arg-type]
+    assert part_name(part) == part.name
+
+
 # -- pictures --------------------------------------------------------------------------------
 def test_picture_bombs_at_once_leave_the_memory_where_it_was(yolo_board, tmp_path):
     """1-bit PNGs of 7000 x 7000: a few kilobytes each, 147 MB each decoded; eight at once."""
