@@ -30,6 +30,7 @@ def _depends(deb) -> set[str]:
 
 def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
     core = {"python3-click", "python3-numpy", "python3-packaging", "python3-jinja2"}
+    core |= {"python3-jsonschema"}
     core |= {"python3-pil", "python3-regex", "python3-yaml"}
     assert _depends(npuctl_deb) - {"python3", "python3:any"} == core
     recommends = _field(npuctl_deb, "Recommends")

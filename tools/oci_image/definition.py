@@ -7,11 +7,13 @@ from pathlib import Path
 
 import yaml
 
+from pipeline import schema
 from pipeline.config import REPO_ROOT
 
 from .errors import ExitCode, ImageError
 
 IMAGES_DIR = REPO_ROOT / "images"
+SCHEMA = IMAGES_DIR / "image.schema.json"  # what an image's description may hold
 ARCHITECTURES = ("arm64", "amd64")
 
 
@@ -59,37 +61,30 @@ def load(name: str, directory: Path = IMAGES_DIR) -> Definition:
     path = directory / f"{name}.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        wheels = data.get("wheels")
-        definition = Definition(
-            name=str(data["name"]),
-            title=str(data["title"]),
-            description=" ".join(str(data["description"]).split()),
-            families=tuple(data["families"]),
-            suite=str(data["suite"]),
-            architectures=tuple(data["architectures"]),
-            debs=tuple(data["debs"]),
-            archive_packages={
-                str(arch): tuple(packages)
-                for arch, packages in (data.get("archive_packages") or {}).items()
-            },
-            wheels=Wheels(directory / wheels["requirements"], str(wheels["target"]))
-            if wheels
-            else None,
-            size_limit_mb=int(data["size_limit_mb"]),
-        )
     except FileNotFoundError:
         raise ImageError(
             f"no image {name!r}: images/ describes {', '.join(image_names(directory))}",
             ExitCode.USAGE,
         ) from None
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as error:
-        raise ImageError(f"{path} is broken: {error!r}", ExitCode.USAGE) from None
-    if definition.name != name:
-        raise ImageError(f"{path}: name is {definition.name!r}, not {name!r}", ExitCode.USAGE)
-    unknown = set(definition.architectures) - set(ARCHITECTURES)
-    if unknown:
-        raise ImageError(
-            f"{path}: unknown architectures {sorted(unknown)} (known: {', '.join(ARCHITECTURES)})",
-            ExitCode.USAGE,
-        )
-    return definition
+    except (OSError, yaml.YAMLError) as error:
+        raise ImageError(f"cannot read {path}: {error}", ExitCode.USAGE) from None
+    problem = schema.problem(data, SCHEMA)
+    if problem:
+        raise ImageError(f"{path}: {problem}", ExitCode.USAGE)
+    if data["name"] != name:
+        raise ImageError(f"{path}: name is {data['name']!r}, not {name!r}", ExitCode.USAGE)
+    wheels = data["wheels"]
+    return Definition(
+        name=data["name"],
+        title=data["title"],
+        description=" ".join(data["description"].split()),
+        families=tuple(data["families"]),
+        suite=data["suite"],
+        architectures=tuple(data["architectures"]),
+        debs=tuple(data["debs"]),
+        archive_packages={
+            arch: tuple(packages) for arch, packages in data["archive_packages"].items()
+        },
+        wheels=Wheels(directory / wheels["requirements"], wheels["target"]) if wheels else None,
+        size_limit_mb=data["size_limit_mb"],
+    )

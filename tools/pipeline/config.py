@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from . import schema
 from .errors import BuildError, ExitCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,9 +26,8 @@ METAINFO_TEMPLATE = REPO_ROOT / "debian" / "dkms-metainfo.xml.j2"  # its AppStre
 DEFAULT_PACKAGE = "aipu-dkms"
 DEFAULT_CONFIG = DKMS_DIR / f"{DEFAULT_PACKAGE}.yaml"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
+PACKAGE_SCHEMA = DKMS_DIR / "package.schema.json"  # what a description may hold
 
-_SHA1 = re.compile(r"^[0-9a-f]{40}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _KERNEL_VERSION = re.compile(r"^(\d+)\.(\d+)$")
 
 
@@ -253,35 +253,19 @@ def _at_least(number: int) -> str:
     return "|".join(alternatives)
 
 
-def _require(data: dict[str, Any], path: str, file: Path) -> Any:
+def _at(data: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path of a description its schema has passed."""
     node: Any = data
     for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise BuildError(f"{file}: missing key {path!r}: add it", ExitCode.USAGE)
         node = node[key]
     return node
 
 
-_RELATION = re.compile(r"^[a-z0-9][a-z0-9+.-]+( \((<<|<=|=|>=|>>) [A-Za-z0-9.+~:-]+\))?$")
-
-
-def _relations(data: dict[str, Any], key: str, file: Path) -> tuple[str, ...]:
-    relations = tuple(str(item) for item in (_require(data, key, file) or ()))
-    for relation in relations:
-        if not _RELATION.match(relation):
-            raise BuildError(
-                f"{file}: {key}: {relation!r} is not a package name with an optional version "
-                "bound, such as 'cix-npu-driver (<< 2~)'",
-                ExitCode.USAGE,
-            )
-    return relations
-
-
-def _upstream(data: dict[str, Any], path: Path) -> Upstream:
+def _upstream(data: dict[str, Any]) -> Upstream:
     def text(key: str) -> str:
-        return str(_require(data, f"upstream.{key}", path))
+        return str(_at(data, f"upstream.{key}"))
 
-    section = _require(data, "upstream", path)
+    section = data["upstream"]
     uapi = tuple(str(item) for item in section.get("uapi_headers", []))
     if "debian_source" in section:
         source_file = text("debian_source.file")
@@ -291,7 +275,7 @@ def _upstream(data: dict[str, Any], path: Path) -> Upstream:
             repository=f"{DEBIAN_MIRROR}/pool/main/{package[0]}/{package}",
             commit="",
             date=text("debian_source.date"),
-            paths=tuple(str(item).strip("/") for item in _require(data, "upstream.paths", path)),
+            paths=tuple(str(item).strip("/") for item in section["paths"]),
             tree_id=text("tree_id"),
             license=text("license"),
             uapi_headers=uapi,
@@ -300,11 +284,6 @@ def _upstream(data: dict[str, Any], path: Path) -> Upstream:
             source_file=source_file,
             source_sha256=text("debian_source.sha256"),
         )
-        if not _SHA256.match(upstream.source_sha256):
-            raise BuildError(
-                f"{path}: upstream.debian_source.sha256 must be 64 lowercase hex digits",
-                ExitCode.USAGE,
-            )
     else:
         upstream = Upstream(
             kind="git",
@@ -316,20 +295,10 @@ def _upstream(data: dict[str, Any], path: Path) -> Upstream:
             license=text("license"),
             uapi_headers=uapi,
         )
-        if not _SHA1.match(upstream.commit):
-            raise BuildError(
-                f"{path}: upstream.commit must be 40 lowercase hex digits", ExitCode.USAGE
-            )
-    if not _SHA1.match(upstream.tree_id):
-        raise BuildError(
-            f"{path}: upstream.tree_id must be 40 lowercase hex digits", ExitCode.USAGE
-        )
     return upstream
 
 
-def _board_file(package: str, item: Any, path: Path) -> BoardFile:
-    if not isinstance(item, dict) or not {"file", "to"} <= set(item):
-        raise BuildError(f"{path}: each board_files entry needs 'file' and 'to'", ExitCode.USAGE)
+def _board_file(package: str, item: dict[str, Any], path: Path) -> BoardFile:
     source = PROVISION_DIR / package / str(item["file"])
     if not source.is_file():
         raise BuildError(
@@ -345,15 +314,15 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         raise BuildError(f"cannot read {path}: {error.strerror}", ExitCode.USAGE) from error
     except yaml.YAMLError as error:
         raise BuildError(f"{path} is not valid YAML: {error}", ExitCode.USAGE) from error
-    if not isinstance(data, dict):
-        raise BuildError(f"{path} must be a mapping", ExitCode.USAGE)
+    problem = schema.problem(data, PACKAGE_SCHEMA)
+    if problem:
+        raise BuildError(f"{path}: {problem}", ExitCode.USAGE)
 
     def text(key: str) -> str:
-        return str(_require(data, key, path))
+        return str(_at(data, key))
 
-    gate = _require(data, "kernel.config_gate", path)
     name = text("package.name")
-    lab = _require(data, "lab", path)
+    lab = data["lab"]
     config = Config(
         name=name,
         module=text("package.module"),
@@ -367,32 +336,29 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         summary=text("package.summary"),
         description=" ".join(text("package.description").split()),
         changelog_entry=" ".join(text("package.changelog.entry").split()),
-        takes_over_relations=_relations(data, "package.takes_over", path),
+        takes_over_relations=tuple(data["package"]["takes_over"]),
         changelog_date=text("package.changelog.date"),
         changelog_distribution=text("package.changelog.distribution"),
-        upstream=_upstream(data, path),
+        upstream=_upstream(data),
         kernel_min=text("kernel.min"),
         kernel_tested_max=text("kernel.tested_max"),
-        kernel_config_gate=tuple(gate) if isinstance(gate, list) else (str(gate),),
+        kernel_config_gate=tuple(data["kernel"]["config_gate"]),
         kernel_in_tree_module=str(
             data.get("kernel", {}).get("in_tree_module") or text("package.module")
         ),
         kernel_test_suite=str(data.get("kernel", {}).get("test_suite", "trixie")),
-        install=tuple(str(item) for item in _require(data, "dkms.install", path)),
+        install=tuple(data["dkms"]["install"]),
         make_arguments=str(data.get("dkms", {}).get("make_arguments", "")),
-        device={key: str(value) for key, value in _require(data, "device", path).items()},
-        acpi_ids=tuple(str(item) for item in _require(data, "firmware.acpi_ids", path) or ()),
-        compatibles=tuple(str(item) for item in _require(data, "firmware.compatibles", path) or ()),
-        board_files=tuple(
-            _board_file(name, item, path) for item in _require(data, "board_files", path)
-        ),
+        device=dict(data["device"]),
+        acpi_ids=tuple(data["firmware"]["acpi_ids"]),
+        compatibles=tuple(data["firmware"]["compatibles"]),
+        board_files=tuple(_board_file(name, item, path) for item in data["board_files"]),
         lab=Lab(
-            device_tree_node=str(_require(data, "lab.device_tree_node", path)),
+            device_tree_node=text("lab.device_tree_node"),
             probe_evidence=text("lab.probe_evidence"),
             acpi=bool(lab.get("acpi", False)),
         ),
-        appstream=dict(_require(data, "appstream", path)),
+        appstream=dict(data["appstream"]),
         directory=path.resolve().parent,
     )
-    kernel_min_regex(config.kernel_min)  # validates the format early
     return config

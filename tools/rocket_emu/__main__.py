@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     cached = commands.add_parser("cached", help="exit 0 when a run needs no build")
     cached.add_argument("--dist", type=Path, required=True)
     args = parser.parse_args(argv)
-    pins = load()
     try:
+        pins = load()
         if args.command == "cached":
             reason = missing_from_cache(args.dist)
             print(reason or "cached: QEMU and the guest root file system")

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import yaml
 
+from pipeline import schema
 from pipeline.config import REPO_ROOT
 
+from .errors import EmulationError, ExitCode, Stage
+
 PINS = REPO_ROOT / "emulation" / "rk3588.yaml"
+SCHEMA = REPO_ROOT / "emulation" / "board.schema.json"  # what a board's pins may hold
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,14 @@ class Pins:
 
 
 def load(path: Path = PINS) -> Pins:
-    return Pins(yaml.safe_load(path.read_text(encoding="utf-8")))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise EmulationError(Stage.INPUTS, f"cannot read {path}: {error}", ExitCode.USAGE) from None
+    problem = schema.problem(data, SCHEMA)
+    if problem:
+        raise EmulationError(Stage.INPUTS, f"{path}: {problem}", ExitCode.USAGE)
+    return Pins(data)
 
 
 def digest(*parts: object) -> str:

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 
 from ..errors import ExitCode, NpuctlError
 
@@ -93,9 +97,7 @@ def manifest_paths() -> list[Path]:
 
 
 def _tensors(items: list[dict] | None) -> tuple[TensorExpectation, ...]:
-    return tuple(
-        TensorExpectation(int(item["elements"]), item.get("dtype")) for item in items or []
-    )
+    return tuple(TensorExpectation(item["elements"], item.get("dtype")) for item in items or [])
 
 
 def load_manifest(paths: list[Path] | None = None) -> Manifest:
@@ -110,6 +112,9 @@ def _load(path: Path) -> dict[str, Entry]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise NpuctlError(f"cannot read the model manifest {path}: {error}") from error
+    problem = _problem(data)
+    if problem:
+        raise NpuctlError(f"the model manifest {path}: {problem}", ExitCode.USAGE)
     entries: dict[str, Entry] = {}
     for kind, section in (("model", "models"), ("asset", "assets")):
         for name, item in (data.get(section) or {}).items():
@@ -129,3 +134,30 @@ def _load(path: Path) -> dict[str, Entry]:
                 immich=item.get("immich"),
             )
     return entries
+
+
+@functools.cache
+def _validator() -> Draft202012Validator:
+    schema = resources.files(__package__) / "manifest.schema.json"
+    return Draft202012Validator(json.loads(schema.read_text(encoding="utf-8")))
+
+
+def _problem(data: object) -> str | None:
+    """What is wrong with a manifest, in one line naming the field, or None."""
+    error = best_match(_validator().iter_errors(data))
+    if error is None:
+        return None
+    field = ".".join(str(part) for part in error.absolute_path)
+    within = f"{field}." if field else ""
+    instance = error.instance
+    if error.validator == "required" and isinstance(instance, dict):
+        missing = next(name for name in error.validator_value if name not in instance)
+        return f"{within}{missing}: missing: add it"
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = next(name for name in instance if name not in known)
+        return f"{within}{unknown}: not a field here (known: {', '.join(known)})"
+    allowed = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if allowed and error.validator in ("pattern", "type"):
+        return f"{field or 'the top level'}: {str(instance)[:80]!r} is not {allowed}"
+    return f"{field or 'the top level'}: {error.message[:200]}"
