@@ -167,6 +167,7 @@ k8s: $(DEPS_STAMP)
 lint: $(DEPS_STAMP)
 	$(VENV)/bin/ruff check --config tools/pyproject.toml tools tests npuctl
 	$(VENV)/bin/ruff format --config tools/pyproject.toml --check tools tests npuctl
+	$(VENV)/bin/lint-imports --no-cache tools/pyproject.toml
 	shellcheck tools/*.sh .ci/run tools/rocket_emu/guest/init
 
 clean:

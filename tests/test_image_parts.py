@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from npuctl.platforms import all_platforms
+from npuctl.families import all_platforms
 from oci_image.archive import Healthcheck, ImageConfig, write_archive
 from oci_image.definition import image_names, load
 from oci_image.errors import ImageError

@@ -1,5 +1,6 @@
 """The project's own code stays ruff and shellcheck clean."""
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -37,6 +38,38 @@ def test_ruff_format():
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_import_contracts():
+    """The boundaries in tools/pyproject.toml's [tool.importlinter]: no cycles in npuctl, no
+    family imported by the shared parts, no CLI imported by a family, no server by the core,
+    no tests by the tools (each ignored import there is one still to remove)."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    if not linter.exists():
+        pytest.skip("import-linter is not installed: run 'make deps'")
+    result = run(linter, "--no-cache", "tools/pyproject.toml", cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_import_contracts_catch_a_cycle(tmp_path: Path):
+    """The same contracts fail on a tree whose settings import a family back."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    if not linter.exists():
+        pytest.skip("import-linter is not installed: run 'make deps'")
+    tree = tmp_path / "npuctl"
+    shutil.copytree(ROOT / "npuctl/src/npuctl", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    settings = tree / "settings.py"
+    settings.write_text(
+        settings.read_text() + "\n\ndef _late():\n    from .platforms.zhouyi import PLATFORM\n"
+    )
+    config = tmp_path / "contracts.toml"
+    config.write_text((ROOT / "tools/pyproject.toml").read_text())
+    result = run(
+        linter, "--no-cache", str(config), cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{tmp_path}"}
+    )
+    assert result.returncode != 0
+    assert "npuctl.settings -> npuctl.platforms.zhouyi" in result.stdout
 
 
 def test_shellcheck():

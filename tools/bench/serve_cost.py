@@ -35,8 +35,8 @@ import numpy as np
 from bench.host_cost import build_double, metric_strings, test_data
 from bench.host_steal import least_disturbed
 from bench.report import print_rows
-from npuctl.cli import Settings
 from npuctl.platforms.zhouyi.embedder import ClipEmbedder
+from npuctl.settings import Settings
 from tests.npuctl.serve_process import Server, start
 from tests.testdata import CLIP_ANYTORCH, CLIP_VOCAB_SHA256
 

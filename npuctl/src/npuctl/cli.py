@@ -9,19 +9,15 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from . import __version__
 from .defaults import DEFAULT_MAX_IMAGE_PIXELS
 from .errors import ExitCode, NpuctlError
-from .platforms import all_platforms
-
-if TYPE_CHECKING:
-    from .models.manifest import Manifest
+from .families import all_platforms
+from .settings import Settings
 
 # name -> (module, attribute, one-line help shown by 'npuctl --help'); then each platform's own
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -60,39 +56,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         for name, (module, attribute, text) in platform.commands.items()
     },
 }
-
-
-class Settings:
-    """The global options. Platform runtimes keep what they build here (``cache``), so one
-    command builds each at most once."""
-
-    def __init__(
-        self,
-        models_dir: Path | None,
-        max_image_pixels: int,
-        platform: str | None,
-        options: dict[str, object],
-    ) -> None:
-        self.models_dir_option = models_dir
-        self.max_image_pixels = max_image_pixels
-        self.platform = platform
-        self.options = options
-        self.cache: dict[str, object] = {}
-
-    @cached_property
-    def models_dir(self) -> Path:
-        from .models.store import default_models_dir
-
-        return self.models_dir_option or default_models_dir()
-
-    @cached_property
-    def manifest(self) -> Manifest:
-        from .models.manifest import load_manifest
-
-        return load_manifest()
-
-
-pass_settings = click.make_pass_decorator(Settings)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .platforms import able
-from .platforms.base import Platform
+from .families import able
+from .platform import Platform
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
+from ..families import absent_reasons, chosen
 from ..output import emit_json, table
 from ..params import JSON_OUTPUT, root_option
-from ..platforms import absent_reasons, chosen
+from ..settings import Settings, pass_settings
 from ..system import System
 from . import spec
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
+from ..families import by_name
 from ..output import emit_json, table
 from ..params import JSON_OUTPUT
-from ..platforms import by_name
+from ..settings import Settings, pass_settings
 
 KEYS = ("mean_ms", "p50_ms", "p95_ms", "min_ms", "max_ms", "stddev_ms", "throughput_per_s")
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..cli import Settings, pass_settings
 from ..doctor.bundle import write_bundle
 from ..doctor.dkms_driver import DriverChecks
 from ..doctor.nfd import problem_detector, write_features
@@ -19,6 +18,7 @@ from ..drivers import for_platform
 from ..errors import ExitCode, InputError
 from ..output import emit_json
 from ..params import root_option
+from ..settings import Settings, pass_settings
 from ..system import Identity, System
 
 

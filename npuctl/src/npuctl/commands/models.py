@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from ..cli import Settings, pass_settings
 from ..errors import ExitCode, ModelError
+from ..families import chosen
 from ..models.download import fetch as fetch_entry
 from ..models.store import Lock, verify
 from ..output import emit_json, table
 from ..params import JSON_OUTPUT
-from ..platforms import chosen
+from ..settings import Settings, pass_settings
 from ..system import System
 
 

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import click
 
-from ..cli import Settings, pass_settings
 from ..drivers import for_platform
+from ..families import all_platforms, by_name, detect
 from ..models.download import fetch
 from ..models.store import SYSTEM_DIR, Lock
 from ..params import root_option
-from ..platforms import all_platforms, by_name, detect
-from ..provision.actions import ProvisionError, Request, nfd_action
+from ..provision.actions import ProvisionError, Request
 from ..provision.blacklist import lift_blacklist_action
+from ..provision.site_files import nfd_action
+from ..settings import Settings, pass_settings
 from ..system import System
 
 # Actions every family has, never run unless asked (--only).

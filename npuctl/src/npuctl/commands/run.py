@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from ..platforms import all_platforms
-from ..platforms.base import Platform
+from ..families import all_platforms
+from ..platform import Platform
 
 
 def _run_commands() -> dict[str, tuple[Platform, str, str, str]]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..families import absent_reasons, chosen
 from ..models.manifest import Manifest
-from ..platforms import absent_reasons, chosen
-from ..platforms.base import Platform
+from ..platform import Platform
 from ..system import System
 from .findings import NO_NPU_FIX, Finding, Report, Status
 

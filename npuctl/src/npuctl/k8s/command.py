@@ -8,8 +8,8 @@ import click
 
 from .. import __version__
 from ..defaults import DEFAULT_SERVE_PORT
+from ..families import all_platforms, by_name
 from ..files import write_text_atomically
-from ..platforms import all_platforms, by_name
 from ..system import System
 from .render import Choices, render
 

@@ -12,7 +12,7 @@ from jinja2 import Environment, StrictUndefined
 from ..defaults import DEFAULT_SERVE_PORT
 from ..doctor.nfd import NAMESPACE
 from ..models.manifest import load_manifest
-from ..platforms.base import Platform
+from ..platform import Platform
 
 PLUGIN_IMAGE = "squat/generic-device-plugin:latest"
 

@@ -89,7 +89,7 @@ def manifest_paths() -> list[Path]:
     explicit = os.environ.get("NPUCTL_MANIFEST")
     if explicit:
         return [Path(explicit)]
-    from ..platforms import all_platforms
+    from ..families import all_platforms
 
     return [
         Path(str(resources.files(platform.package) / "models.yaml")) for platform in all_platforms()

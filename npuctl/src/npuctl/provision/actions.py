@@ -100,29 +100,4 @@ class Request:
     options: dict[str, object]  # the platform's own provision options
 
 
-def nfd_action(system: System) -> Action:
-    """A timer that runs the doctor every 5 minutes and writes Node Feature Discovery labels
-    that expire after 15: a node whose NPU (or whose timer) dies loses its healthy label."""
-    from .site_files import file_action
-
-    def start() -> None:
-        if system.is_real:
-            run_command(system, "systemctl", "daemon-reload")
-            run_command(system, "systemctl", "enable", "--now", "npuctl-nfd.timer")
-
-    def stop() -> None:
-        if system.is_real:
-            run_command(system, "systemctl", "disable", "--now", "npuctl-nfd.timer")
-
-    return file_action(
-        system,
-        "nfd",
-        "label this node for Kubernetes (Node Feature Discovery), refreshed every 5 minutes",
-        after_apply=start,
-        before_undo=stop,
-        after_undo=lambda: system.path(NFD_LABELS).unlink(missing_ok=True),
-        commands=("systemctl daemon-reload", "systemctl enable --now npuctl-nfd.timer"),
-    )
-
-
 NFD_LABELS = "/etc/kubernetes/node-feature-discovery/features.d/npuctl"

@@ -12,7 +12,7 @@ from importlib.resources import files
 import yaml
 
 from ..system import System
-from .actions import Action, write_file
+from .actions import NFD_LABELS, Action, run_command, write_file
 
 FOLDER = files(__package__).joinpath("files")
 
@@ -88,4 +88,28 @@ def file_action(
         apply,
         undo,
         (*shown, *commands),
+    )
+
+
+def nfd_action(system: System) -> Action:
+    """A timer that runs the doctor every 5 minutes and writes Node Feature Discovery labels
+    that expire after 15: a node whose NPU (or whose timer) dies loses its healthy label."""
+
+    def start() -> None:
+        if system.is_real:
+            run_command(system, "systemctl", "daemon-reload")
+            run_command(system, "systemctl", "enable", "--now", "npuctl-nfd.timer")
+
+    def stop() -> None:
+        if system.is_real:
+            run_command(system, "systemctl", "disable", "--now", "npuctl-nfd.timer")
+
+    return file_action(
+        system,
+        "nfd",
+        "label this node for Kubernetes (Node Feature Discovery), refreshed every 5 minutes",
+        after_apply=start,
+        before_undo=stop,
+        after_undo=lambda: system.path(NFD_LABELS).unlink(missing_ok=True),
+        commands=("systemctl daemon-reload", "systemctl enable --now npuctl-nfd.timer"),
     )

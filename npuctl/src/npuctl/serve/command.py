@@ -20,11 +20,11 @@ from typing import Any
 import click
 from aiohttp import web
 
-from ..cli import Settings, pass_settings
 from ..defaults import DEFAULT_SERVE_PORT, default_serve_socket
 from ..errors import ExitCode, NpuctlError
-from ..platforms import able
-from ..platforms.base import Platform
+from ..families import able
+from ..platform import Platform
+from ..settings import Settings, pass_settings
 from . import affinity, auth, systemd
 from .app import Api
 from .connections import Budget, Guard, HeadLimits

@@ -16,8 +16,8 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image
 
-    from ..cli import Settings
     from ..embedder import Embedder, JobReuse
+    from ..settings import Settings
     from ..vision import Detection
 
 DETECTION, CLASSIFICATION, EMBEDDING = "detection", "classification", "embedding"

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli import Settings, pass_settings
 from ..errors import ExitCode, NpuctlError
 from ..params import root_option
+from ..settings import Settings, pass_settings
 from .detector import Detector, Verdict
 from .detector import Settings as DetectorSettings
 from .embedding import Embedding, LocalEmbedding, ServerEmbedding, serving

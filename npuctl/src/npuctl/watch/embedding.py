@@ -16,7 +16,7 @@ from ..errors import ExitCode, NpuctlError, NpuError
 from ..unix_http import UnixHTTPConnection
 
 if TYPE_CHECKING:
-    from ..cli import Settings
+    from ..settings import Settings
 
 
 class Embedding(Protocol):

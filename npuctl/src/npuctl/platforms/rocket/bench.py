@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from npuctl.cli import Settings
 from npuctl.models.manifest import Entry
 from npuctl.output import progress_bar
+from npuctl.settings import Settings
 
 from .commands import managed_file
 from .runtime import LiteModel, delegate_of

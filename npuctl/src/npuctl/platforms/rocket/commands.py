@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from npuctl.cli import Settings, pass_settings
 from npuctl.errors import ModelError
 from npuctl.images import open_rgb
 from npuctl.models.store import Lock, verify
 from npuctl.output import emit_json, table
 from npuctl.params import JSON_OUTPUT
+from npuctl.settings import Settings, pass_settings
 from npuctl.vision import check_annotate_target, write_annotated
 
 from . import detect

@@ -19,9 +19,9 @@ from npuctl.models.store import Lock, verify
 from npuctl.system import System
 
 from . import DEFAULT_DELEGATE, late_load, locate
+from .child import LOADED, NO_DEVICE
+from .child import MODULE as PROBE_MODULE
 from .golden import TOLERANCE
-from .probe import LOADED, NO_DEVICE
-from .probe import MODULE as PROBE_MODULE
 
 DRIVER = for_platform("rocket")
 CORE = DRIVER.compatibles[0]

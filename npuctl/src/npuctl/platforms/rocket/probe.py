@@ -20,9 +20,6 @@ import json
 import sys
 from pathlib import Path
 
-MODULE = "npuctl.platforms.rocket.probe"  # run as python -m MODULE
-NO_DEVICE = "Couldn't open kernel device"  # Teflon's only word, on stderr, when it finds none
-LOADED = "loaded rocket driver"
 CREATE = "tflite_plugin_create_delegate"
 DESTROY = "tflite_plugin_destroy_delegate"
 TEFLON_MARK = b"Teflon"

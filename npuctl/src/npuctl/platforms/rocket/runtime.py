@@ -17,12 +17,12 @@ from npuctl.errors import ModelError, NpuError
 from npuctl.models.store import check_model_file
 
 from . import DEFAULT_DELEGATE
+from .child import MODULE as PROBE_MODULE
+from .child import NO_DEVICE
 from .litert import interpreter, load_module
-from .probe import MODULE as PROBE_MODULE
-from .probe import NO_DEVICE
 
 if TYPE_CHECKING:
-    from npuctl.cli import Settings
+    from npuctl.settings import Settings
 
 TFLITE_IDENTIFIER = b"TFL3"  # the flatbuffer file identifier, bytes 4..8
 PROBE_TIMEOUT_S = 120.0

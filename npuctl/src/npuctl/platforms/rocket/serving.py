@@ -23,8 +23,8 @@ from .litert import interpreter, load_module
 from .runtime import TensorSpec, delegate_of, image_input, probe_delegate, proven_tensors
 
 if TYPE_CHECKING:
-    from npuctl.cli import Settings
     from npuctl.serve.models import Runtime
+    from npuctl.settings import Settings
     from npuctl.vision import Detection
 
 # Served models and the other names --models takes for them.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..base import Platform
+from npuctl.platform import Platform
 
 if TYPE_CHECKING:
     from ...system import System

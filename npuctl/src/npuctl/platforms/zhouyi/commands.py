@@ -9,12 +9,12 @@ import click
 import numpy as np
 from PIL import Image
 
-from npuctl.cli import Settings, pass_settings
 from npuctl.embeddings import normalise, similarity
 from npuctl.errors import InputError
 from npuctl.images import open_rgb
 from npuctl.output import emit_json, matrix, table
 from npuctl.params import JSON_OUTPUT, UTF8_TEXT
+from npuctl.settings import Settings, pass_settings
 from npuctl.vision import check_annotate_target, write_annotated
 
 from .noe.binding import TensorInfo, quantize

@@ -15,15 +15,15 @@ from npuctl.images import ImageFormatError, decode_rgb
 
 from .commands import clip_input, load_tokenizer
 from .noe.binding import dequantize
+from .noe_runtime import NoeRuntime
 from .pipelines import clip_image
 from .pipelines.clip_tokenizer import CONTEXT_LENGTH, EOT, SOT, padded
 from .runtime import npu
-from .serving import NoeRuntime
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from npuctl.cli import Settings
+    from npuctl.settings import Settings
 
 GOLDEN_TEXTS = ("a photo of a cat", "a wiring diagram of a power station")
 

@@ -21,7 +21,7 @@ from .noe.binding import Graph, NoeLibrary, Session, TensorInfo, dequantize
 from .noe.isolation import probe_model
 
 if TYPE_CHECKING:
-    from npuctl.cli import Settings
+    from npuctl.settings import Settings
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from ..system import System
+    from .system import System
 
 
 @dataclass(frozen=True)
