@@ -21,9 +21,10 @@ import click
 import numpy as np
 from PIL import Image
 
+from testkit.serve_process import start
+
 from .npuctl.conftest import DOUBLE_SOURCE, TEFLON_DOUBLE_SOURCE, shared_library, write_model
 from .npuctl.immich_client import immich_client
-from .npuctl.serve_process import start
 
 GOOD_CFG = """\
 [Parser]
@@ -70,7 +71,7 @@ def prepare_scratch(
 ) -> None:
     """The files the real invocations use, all inside ``scratch`` (which the installed npuctl
     sees at ``seen_as``)."""
-    from .npuctl.test_pipelines import synthetic_output
+    from testkit.yolo_outputs import synthetic_output
 
     (scratch / "home").mkdir(parents=True)
     models = scratch / "models"
@@ -91,7 +92,7 @@ def prepare_scratch(
     picture = np.random.default_rng(3).integers(0, 256, (40, 30, 3), dtype=np.uint8)
     Image.fromarray(picture).save(scratch / "picture.png")
     if classifier is not None:  # PyPI's tflite is there to build models
-        from .npuctl.tflite_models import ssd_detector
+        from testkit.tflite_models import ssd_detector
 
         shutil.copyfile(classifier, scratch / "classifier.tflite")
         ssd_detector(scratch / "ssd.tflite")

@@ -32,6 +32,7 @@ import arm64_emulation
 from oci_image import workspace
 from pipeline.fetch import cache_root
 from pipeline.npuctl_package import npuctl_version
+from testkit.yolo_outputs import synthetic_output
 
 from .conftest import ImageBuild, run
 from .npuctl.board_image import RENDER_GID, BoardImage
@@ -48,7 +49,6 @@ from .npuctl.conftest import (  # noqa: F401
 from .npuctl.image_inodes import char_device
 from .npuctl.rocket_board import DEVICE as ACCEL_NODE
 from .npuctl.rocket_board import RocketBoard
-from .npuctl.test_pipelines import synthetic_output
 
 REPO = Path(__file__).resolve().parents[1]
 VERSION = npuctl_version()
@@ -552,7 +552,7 @@ def test_the_rocket_image_serves_detection_classification_and_v2_through_cdi(
     loaded: dict[str, str], cdi_spec_dir: Path, tmp_path: Path, tflite_classifier
 ):
     pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
-    from .npuctl.tflite_models import ssd_detector
+    from testkit.tflite_models import ssd_detector
 
     delegate = shared_library(TEFLON_DOUBLE_SOURCE, tmp_path / "libteflon.so")
     board = RocketBoard(tmp_path / "node", delegate)

@@ -143,7 +143,16 @@ def test_the_wheel_puts_serve_and_watch_in_extras(npuctl_wheel):
             if line.startswith("Requires-Dist: ")
         ]
     core = {re.split(r"[<>=; ]", line)[0].lower() for line in requires if "extra ==" not in line}
-    assert core == {"click", "numpy", "pyyaml", "packaging", "pillow", "regex", "jinja2"}
+    assert core == {
+        "click",
+        "numpy",
+        "pyyaml",
+        "packaging",
+        "pillow",
+        "regex",
+        "jinja2",
+        "jsonschema",
+    }
     for extra, names in (("serve", {"aiohttp", "prometheus-client"}), ("watch", {"psutil"})):
         found = {
             re.split(r"[<>=; ]", line)[0].lower()
@@ -157,11 +166,12 @@ def test_the_wheel_puts_serve_and_watch_in_extras(npuctl_wheel):
 @pytest.fixture(scope="session")
 def scratch_inputs(tmp_path_factory):
     """What prepare_scratch needs, made once: the test pictures and a .tflite classifier."""
+    from testkit.testdata import BUS_JPG_SHA256, YOLOV5
+
     from .npuctl.conftest import CLIP_ANYTORCH, CLIP_VOCAB_SHA256, wheel_member
-    from .testdata import BUS_JPG_SHA256, YOLOV5
 
     pytest.importorskip("tflite", reason="PyPI's tflite builds the test model: run 'make deps'")
-    from .npuctl.tflite_models import classifier
+    from testkit.tflite_models import classifier
 
     model = classifier(tmp_path_factory.mktemp("tflite") / "classifier.tflite")
     return (

@@ -30,8 +30,8 @@ from rocket_emu import board, guest_root, qemu_build, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
+from testkit.tflite_models import MOBILENET_V1_BODY, ConvLayer, conv_stack
 
-from .npuctl.tflite_models import MOBILENET_V1_BODY, ConvLayer, conv_stack
 from .test_patches import DEP3_FIELDS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..testdata import (
+from testkit.testdata import (
     BUS_JPG_SHA256,
     CLIP_ANYTORCH,
     CLIP_VOCAB_SHA256,
@@ -172,7 +172,7 @@ def tflite_classifier(tmp_path_factory):
     """build(name, **options) -> a .tflite classifier built at test time (tflite_models)."""
     pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
     pytest.importorskip("ai_edge_litert", reason="npuctl[rocket] is not installed: make deps")
-    from .tflite_models import classifier
+    from testkit.tflite_models import classifier
 
     directory = tmp_path_factory.mktemp("tflite")
 
@@ -234,7 +234,7 @@ def clip_board(board: Board, vocab_in: Path) -> Board:
 @pytest.fixture
 def rocket_models(rocket, tflite_classifier, tmp_path_factory):
     pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
-    from .tflite_models import ssd_detector
+    from testkit.tflite_models import ssd_detector
 
     ssd_detector(rocket.models / "ssdlite_mobiledet_coco_qat_postprocess.tflite")
     for name, seed in (

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from testkit.yolo_outputs import synthetic_output
+
 from .conftest import interruptible
-from .test_pipelines import synthetic_output
 
 
 def one_line_error(result, code):

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from testkit.serve_process import Server, start
+from testkit.yolo_outputs import synthetic_output
+
 from .conftest import Board
-from .serve_process import Server, start
-from .test_pipelines import synthetic_output
 from .test_serve_vision import KEY
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")

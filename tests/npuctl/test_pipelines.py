@@ -8,8 +8,8 @@ from npuctl.embeddings import normalise, similarity
 from npuctl.platforms.zhouyi.noe import abi
 from npuctl.platforms.zhouyi.noe.binding import TensorInfo, quantize
 from npuctl.platforms.zhouyi.pipelines import clip_image, yolo
-
-from .reference_nms import straightforward_nms
+from testkit.reference_nms import straightforward_nms
+from testkit.yolo_outputs import every_anchor_output, synthetic_output
 
 
 def test_clip_preprocessing_matches_clip_transform(bus_jpg):
@@ -53,36 +53,6 @@ def test_letterbox_is_bgr_chw_padded_with_114():
     pixels = np.rint(tensor * 255).astype(int)
     assert pixels[:, 0, 0].tolist() == [114, 114, 114]  # padding
     assert pixels[:, 320, 320].tolist() == [0, 0, 255]  # red, in B, G, R order
-
-
-def synthetic_output(objects, candidates=8400, noise=0.05, seed=0):
-    """An 84 x 8400 F16 output holding the given (class, score, cx, cy, w, h) objects, each
-    repeated with jitter as YOLO's anchors do, plus low-score noise."""
-    rng = np.random.default_rng(seed)
-    output = np.zeros((84, candidates), dtype=np.float32)
-    output[4:] = rng.uniform(0, noise, (80, candidates))
-    output[:4] = rng.uniform(0, 640, (4, candidates))
-    column = 0
-    for class_id, score, cx, cy, w, h in objects:
-        for _ in range(20):
-            jitter = rng.normal(0, 2, 4)
-            output[:4, column] = [cx + jitter[0], cy + jitter[1], w + jitter[2], h + jitter[3]]
-            output[4 + class_id, column] = score - rng.uniform(0, 0.05)
-            column += 1
-    return output.astype(np.float16)
-
-
-def every_anchor_output(seed=0, low=0.11):
-    """An 84 x 8400 F16 output in which every anchor passes a threshold of 0.1: scattered boxes
-    of every size, each with one class above ``low`` (what a busy scene at Home Assistant's
-    min_confidence looks like to NMS, at its worst)."""
-    rng = np.random.default_rng(seed)
-    output = np.zeros((84, 8400), dtype=np.float32)
-    output[:2] = rng.uniform(0, 640, (2, 8400))
-    output[2:4] = rng.uniform(4, 160, (2, 8400))
-    output[4:] = rng.uniform(0, 0.09, (80, 8400))
-    output[4 + rng.integers(0, 80, 8400), np.arange(8400)] = rng.uniform(low, 0.95, 8400)
-    return output.astype(np.float16)
 
 
 def test_decode_maps_boxes_back_to_the_original_image():

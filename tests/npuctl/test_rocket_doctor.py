@@ -102,7 +102,7 @@ def downloaded(rocket, name, built):
 @pytest.fixture
 def detector(tmp_path):
     pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
-    from .tflite_models import ssd_detector
+    from testkit.tflite_models import ssd_detector
 
     return ssd_detector(tmp_path / "ssd.tflite", size=320)
 

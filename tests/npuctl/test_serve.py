@@ -21,9 +21,9 @@ import pytest
 from PIL import Image
 
 from npuctl.unix_http import UnixHTTPConnection
+from testkit.serve_process import Server, start
 
 from .conftest import Board
-from .serve_process import Server, start
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from testkit.serve_process import Server, start
+
 from .conftest import Board
-from .serve_process import Server, start
 from .test_serve_vision import KEY, curl_form, yolo_board  # noqa: F401 - a fixture
 
 V2_TEXT = {"inputs": [{"name": "input_ids", "datatype": "INT32", "shape": [1, 77]}]}

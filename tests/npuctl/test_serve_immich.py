@@ -15,11 +15,11 @@ from PIL import Image
 
 from npuctl.images import decode_rgb
 from npuctl.platforms.zhouyi.pipelines import clip_image
+from testkit.immich_photos import half_scale_share, immich_preview
+from testkit.serve_process import Server, start
 
 from .conftest import Board
 from .immich_client import MODEL, immich_client
-from .immich_photos import half_scale_share, immich_preview
-from .serve_process import Server, start
 from .test_serve_vision import KEY, curl_form
 
 CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
@@ -59,7 +59,7 @@ def photos(bus_jpg: Path) -> dict[str, bytes]:
     """Real photos in the sizes and orientations Immich sends: the two originals, an Immich
     preview (long side 1440), odd sizes whose crop offsets round differently, one stored
     sideways with an EXIF orientation tag, a grey JPEG and a PNG with alpha."""
-    from tests.testdata import YOLOV5, wheel_member
+    from testkit.testdata import YOLOV5, wheel_member
 
     zidane = wheel_member(YOLOV5, "yolov5/data/images/zidane.jpg")
     bus = Image.open(bus_jpg)

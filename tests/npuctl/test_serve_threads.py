@@ -13,9 +13,9 @@ import pytest
 
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.serve import affinity
+from testkit.serve_process import start
 
 from .conftest import Board
-from .serve_process import start
 
 
 def fake_cpus(tmp_path: Path, capacities: dict[int, int | None]) -> Path:

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from testkit.serve_process import Server, start
+from testkit.yolo_outputs import synthetic_output
+
 from .conftest import Board
-from .serve_process import Server, start
-from .test_pipelines import synthetic_output
 
 KEY = "s3cret-key-for-tests"
 

@@ -14,9 +14,9 @@ import pytest
 
 from npuctl.watch.sensors import Sample, temperatures
 from npuctl.watch.text import Renderer
+from testkit.serve_process import start
 
 from .conftest import Board
-from .serve_process import start
 
 
 @pytest.fixture

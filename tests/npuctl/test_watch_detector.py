@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from npuctl.watch.detector import Detector, Settings
-
-from .metric_streams import precision_recall, rolling_scores, stream
+from testkit.metric_streams import precision_recall, rolling_scores, stream
 
 
 def run(detector: Detector, vectors: np.ndarray) -> tuple[np.ndarray, list]:

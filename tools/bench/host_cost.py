@@ -29,8 +29,8 @@ from npuctl.embeddings import normalise
 from npuctl.platforms.zhouyi.noe.binding import NoeLibrary, Session, dequantize
 from npuctl.platforms.zhouyi.pipelines import clip_image, yolo
 from npuctl.platforms.zhouyi.pipelines.clip_tokenizer import ClipTokenizer
-from tests.npuctl.reference_nms import straightforward_nms
-from tests.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5, Wheel
+from testkit.reference_nms import straightforward_nms
+from testkit.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5, Wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ BENCH = "host-cost"
 def test_data(wheel: Wheel, member: str, sha256: str | None) -> Path:
     import pytest
 
-    from tests.testdata import wheel_member
+    from testkit.testdata import wheel_member
 
     try:
         return wheel_member(wheel, member, sha256)
@@ -194,7 +194,7 @@ def straightforward_decode(
 
 
 def bench_yolo_postprocessing() -> dict:
-    from tests.npuctl.test_pipelines import synthetic_output
+    from testkit.yolo_outputs import synthetic_output
 
     rng = np.random.default_rng(3)
     objects = [
@@ -239,7 +239,7 @@ DEEPSTACK_MAX_DETECTIONS = 20  # the server's default answer size on the DeepSta
 
 def bench_yolo_every_anchor() -> dict:
     """The worst scene for NMS: all 8,400 anchors above Home Assistant's min_confidence."""
-    from tests.npuctl.test_pipelines import every_anchor_output
+    from testkit.yolo_outputs import every_anchor_output
 
     output = every_anchor_output(seed=5)
     _, box = yolo.letterbox(Image.new("RGB", (810, 1080)))

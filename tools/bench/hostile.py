@@ -28,8 +28,8 @@ from bench.host_cost import build_double
 from bench.report import print_rows
 from bench.serve_cost import cpu_seconds, rss_kib
 from bench.vision_cost import form
-from tests.npuctl.serve_process import Server, start
-from tests.npuctl.test_pipelines import synthetic_output
+from testkit.serve_process import Server, start
+from testkit.yolo_outputs import synthetic_output
 
 BENCH = "hostile"
 ATTACK_SECONDS = 4.0

@@ -37,8 +37,8 @@ from bench.host_steal import least_disturbed
 from bench.report import print_rows
 from npuctl.platforms.zhouyi.embedder import ClipEmbedder
 from npuctl.settings import Settings
-from tests.npuctl.serve_process import Server, start
-from tests.testdata import CLIP_ANYTORCH, CLIP_VOCAB_SHA256
+from testkit.serve_process import Server, start
+from testkit.testdata import CLIP_ANYTORCH, CLIP_VOCAB_SHA256
 
 ENCODINGS = ("base64", "float")
 TEXT_MODEL = "NOEDOUBLE 1\ninput S32 308 1.0 0\noutput S8 512 27.67 60\n"

@@ -33,11 +33,11 @@ from bench.host_cost import ROOT, build_double, compile_double, test_data
 from bench.report import print_rows
 from bench.serve_cost import Client, cpu_seconds
 from npuctl.images import decode_rgb
-from tests.npuctl.immich_photos import half_scale_share, immich_preview
-from tests.npuctl.serve_process import Server, start
-from tests.npuctl.test_pipelines import synthetic_output
-from tests.npuctl.tflite_models import pooled_classifier, ssd_detector
-from tests.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5
+from testkit.immich_photos import half_scale_share, immich_preview
+from testkit.serve_process import Server, start
+from testkit.testdata import BUS_JPG_SHA256, CLIP_ANYTORCH, CLIP_VOCAB_SHA256, YOLOV5
+from testkit.tflite_models import pooled_classifier, ssd_detector
+from testkit.yolo_outputs import synthetic_output
 
 BENCH = "vision-cost"
 BOUNDARY = "npuctlbench"

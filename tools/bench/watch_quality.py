@@ -10,7 +10,7 @@ import numpy as np
 
 from bench.report import print_rows
 from npuctl.watch.detector import Detector, Settings
-from tests.npuctl.metric_streams import Stream, precision_recall, rolling_scores, stream
+from testkit.metric_streams import Stream, precision_recall, rolling_scores, stream
 
 SEEDS = range(1, 21)
 

@@ -43,7 +43,8 @@ class Platform:
     # In-process embeddings ('npuctl watch'): (module under the package,
     # factory(settings) -> npuctl.embedder.Embedder), or None when the family embeds nothing.
     embedder: tuple[str, str] | None = None
-    # 'npuctl serve': (module, factory(settings, models: tuple[str, ...] | None, workers: int)
+    # 'npuctl serve': (its adapter's module, in npuctl.serve.families (shipped with the
+    # server), factory(settings, models: tuple[str, ...] | None, workers: int)
     # -> npuctl.serve.models.Serving), or None when the family serves nothing yet.
     serving: tuple[str, str] | None = None
     # 'npuctl serve --workers' on a fleet node: NPU owner threads the runtime can use at once.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import inspect
 import ipaddress
 import logging
@@ -252,7 +253,8 @@ def serve(
     key = auth.load_key(api_key_file)
     platform = serving_platform(settings.platform)
     module, factory = platform.serving  # type: ignore[misc]
-    serving: Serving = getattr(platform.module(module), factory)(settings, wanted, workers)
+    adapter = importlib.import_module(module)  # next to the server: npuctl.serve.families
+    serving: Serving = getattr(adapter, factory)(settings, wanted, workers)
     socket_path = None if no_unix_socket else (unix_socket or default_serve_socket())
     if no_tcp and socket_path is None:
         raise NpuctlError(

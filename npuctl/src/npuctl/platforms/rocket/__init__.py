@@ -40,7 +40,7 @@ PLATFORM = Platform(
         "mobilenet-v2": ("commands", "mobilenet_v2", "Classify images with MobileNet V2 (rocket)."),
         "ssdlite": ("commands", "ssdlite", "Detect objects with SSDLite MobileDet (rocket)."),
     },
-    serving=("serving", "open_serving"),
+    serving=("npuctl.serve.families.rocket", "open_serving"),
     serve_workers=3,  # the NPU's three cores; Mesa's rocket runs one job stream per core
     cdi=("cdi", "edits"),
     cdi_kind="rockchip.com/npu",

@@ -44,7 +44,7 @@ PLATFORM = Platform(
         "yolo": ("commands", "yolo_command", "YOLOv8 object detection (Zhouyi)."),
     },
     embedder=("embedder", "open_embedder"),
-    serving=("serving", "open_serving"),
+    serving=("npuctl.serve.families.zhouyi", "open_serving"),
     cdi=("cdi", "edits"),
     cdi_kind="armchina.com/npu",
     device_paths=("/dev/aipu",),

@@ -13,19 +13,26 @@ from PIL import Image
 
 from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import ModelError
-from npuctl.serve.models import CLASSIFICATION, DETECTION, Serving, TensorMeta, chosen_models
+from npuctl.platforms.rocket import detect
+from npuctl.platforms.rocket.classify import image_tensor, read_labels, top
+from npuctl.platforms.rocket.commands import managed_file
+from npuctl.platforms.rocket.litert import interpreter, load_module
+from npuctl.platforms.rocket.runtime import (
+    TensorSpec,
+    delegate_of,
+    image_input,
+    probe_delegate,
+    proven_tensors,
+)
 from npuctl.vision import golden_picture
 
-from . import detect
-from .classify import image_tensor, read_labels, top
-from .commands import managed_file
-from .litert import interpreter, load_module
-from .runtime import TensorSpec, delegate_of, image_input, probe_delegate, proven_tensors
+from ..models import CLASSIFICATION, DETECTION, Serving, TensorMeta, chosen_models
 
 if TYPE_CHECKING:
-    from npuctl.serve.models import Runtime
     from npuctl.settings import Settings
     from npuctl.vision import Detection
+
+    from ..models import Runtime
 
 # Served models and the other names --models takes for them.
 KNOWN = {

@@ -12,6 +12,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 READY = re.compile(r"ready: (http://[^ ]+)")
 
@@ -66,7 +67,7 @@ class Server:
             if own:
                 connection.close()
 
-    def embed(self, document: dict, **kwargs) -> Answer:
+    def embed(self, document: dict, **kwargs: Any) -> Answer:
         return self.request("POST", "/v1/embeddings", document, **kwargs)
 
     def metric(self, name: str) -> float:

@@ -47,7 +47,12 @@ from flatbuffers import flexbuffers
 )
 
 
-def _vector(builder: flatbuffers.Builder, start, items: list[int], prepend) -> int:
+def _vector(
+    builder: flatbuffers.Builder,
+    start: Callable[..., object],
+    items: list[int],
+    prepend: Callable[..., object],
+) -> int:
     start(builder, len(items))
     for item in reversed(items):
         prepend(item)
@@ -257,7 +262,7 @@ def graph_model(
 
 def _write_model(
     builder: flatbuffers.Builder,
-    offsets,
+    offsets: Callable[..., object],
     codes: list[int],
     subgraph: int,
     buffers: list[int],

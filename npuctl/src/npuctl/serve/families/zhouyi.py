@@ -11,20 +11,20 @@ import numpy as np
 from PIL import Image
 
 from npuctl.errors import ExitCode, NpuctlError
-from npuctl.serve.models import DETECTION, EMBEDDING, Serving, TensorMeta, chosen_models
+from npuctl.platforms.zhouyi.noe.binding import TensorInfo, dequantize, quantize
+from npuctl.platforms.zhouyi.noe_runtime import NoeRuntime
+from npuctl.platforms.zhouyi.pipelines import yolo
+from npuctl.platforms.zhouyi.runtime import npu
 from npuctl.vision import golden_picture
 
-from .noe.binding import TensorInfo, dequantize, quantize
-from .noe_runtime import NoeRuntime
-from .pipelines import yolo
-from .runtime import npu
+from ..models import DETECTION, EMBEDDING, Serving, TensorMeta, chosen_models
 
 if TYPE_CHECKING:
-    from npuctl.serve.models import Runtime
+    from npuctl.platforms.zhouyi.embedder import ClipEmbedder
     from npuctl.settings import Settings
     from npuctl.vision import Detection
 
-    from .embedder import ClipEmbedder
+    from ..models import Runtime
 
 # Served models and the other names --models takes for them.
 KNOWN = {"yolov8n": ("yolo",), "clip-text": ("clip",), "clip-visual": ("clip",)}
@@ -123,7 +123,7 @@ class ClipModel(_Served):
     def golden(self) -> list[list[np.ndarray]]:
         if self._golden is not None:
             return self._golden()
-        from .commands import clip_input
+        from npuctl.platforms.zhouyi.commands import clip_input
 
         return [[clip_input(golden_picture(seed), self.input_infos[0])] for seed in (0, 1)]
 
@@ -146,7 +146,7 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
     runtime = NoeRuntime(device, files)
     embedder = None
     if "clip-text" in files:
-        from .embedder import ClipEmbedder
+        from npuctl.platforms.zhouyi.embedder import ClipEmbedder
 
         embedder = ClipEmbedder(settings, runtime)
     models: dict[str, object] = {}

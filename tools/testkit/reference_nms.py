@@ -1,9 +1,13 @@
 """A straightforward class-wise NMS: the baseline the fast one is checked and timed against."""
 
+from __future__ import annotations
+
 import numpy as np
 
 
-def straightforward_nms(boxes, scores, class_ids, threshold):
+def straightforward_nms(
+    boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, threshold: float
+) -> list[int]:
     keep = []
     for class_id in np.unique(class_ids):
         indices = np.flatnonzero(class_ids == class_id)
