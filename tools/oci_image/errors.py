@@ -1,19 +1,9 @@
-"""Failures of `python -m oci_image`, each one line with what to do, and its exit code."""
+"""Failures of `python -m oci_image`, each one line with what to do, and its exit code (the
+tools' shared ExitCode)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
-
-
-class ExitCode(IntEnum):
-    """Exit codes of ``python -m oci_image`` (documented in the README)."""
-
-    OK = 0
-    USAGE = 2  # bad arguments or a broken images/<name>.yaml
-    INPUT = 3  # a .deb the image installs is not in dist/ ('make deb' first)
-    ARCHIVE = 4  # Debian's archive or PyPI cannot be reached
-    TOOL = 5  # a build tool or the arm64 emulation (binfmt) is missing
-    BUILD = 7  # mmdebstrap, pip or the push failed
+from pipeline.errors import ExitCode
 
 
 class ImageError(Exception):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from enum import IntEnum, StrEnum
+from enum import StrEnum
+
+from pipeline.errors import ExitCode
 
 
 class Stage(StrEnum):
@@ -15,14 +17,6 @@ class Stage(StrEnum):
     TEFLON = "Teflon"
     NUMBERS = "numbers"
     SERVE = "serve"
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    FAILED = 1  # a check of the board failed
-    USAGE = 2
-    INPUT = 3  # a pinned input is missing or does not match its pin
-    BUILD = 4  # QEMU, the guest or a module did not build
 
 
 class EmulationError(Exception):
