@@ -36,6 +36,9 @@ def test_npuctl_package_depends_on_debian_python_packages(npuctl_deb):
     recommends = _field(npuctl_deb, "Recommends")
     assert "python3-ftfy" in recommends  # not in Debian 12
     assert "aipu-dkms | rocket-dkms" in recommends  # the driver of either board
+    from pipeline.config import package_names
+
+    assert recommends.split(",")[0] == " | ".join(package_names())  # every one of dkms/
     assert _field(npuctl_deb, "Suggests") == "npuctl-serve, npuctl-watch"
     description = " ".join(_field(npuctl_deb, "Description").split())  # unwrapped
     assert "Orange Pi 6 Plus" in description and "Orange Pi 5 Plus" in description

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 from .atomic import replaced_directory
-from .config import REPO_ROOT, Config
+from .config import REPO_ROOT, Config, package_names
 from .npuctl_drivers import check as check_drivers_data
 from .package import dpkg_buildpackage
 from .render import render_tree
@@ -37,6 +37,8 @@ def _context(config: Config, version: str) -> dict[str, object]:
         "maintainer": config.maintainer,
         "homepage": config.project_homepage,
         "distribution": config.changelog_distribution,
+        # The board's NPU driver, whichever family: every driver package of dkms/.
+        "driver_packages": package_names(),
         "descriptions": {
             "npuctl": (
                 "npuctl proves that the NPU of an ARM board really computes, and says what is "
