@@ -15,11 +15,14 @@ from __future__ import annotations
 import errno
 import os
 import platform
+import shutil
 import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.tools import run
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 ENTRY = "qemu-aarch64"
@@ -146,17 +149,17 @@ def missing(binfmt_dir: Path = BINFMT_DIR) -> Missing | None:
 
 
 def _mount(binfmt_dir: Path) -> Missing | None:
-    result = subprocess.run(
-        ["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt_dir)],
-        capture_output=True,
-        text=True,
+    result = run(
+        ["mount", "-t", "binfmt_misc", "binfmt_misc", binfmt_dir],
         check=False,
+        failure="mounting binfmt_misc",
     )
     if result.returncode == 0:
         return None
     filesystems = Path("/proc/filesystems").read_text(encoding="utf-8")
     if "binfmt_misc" not in filesystems:
-        subprocess.run(["modprobe", "binfmt_misc"], capture_output=True, check=False)
+        if shutil.which("modprobe"):  # a container may have no kmod
+            run(["modprobe", "binfmt_misc"], check=False, failure="modprobe binfmt_misc")
         if "binfmt_misc" not in Path("/proc/filesystems").read_text(encoding="utf-8"):
             return Missing(
                 "this kernel has no binfmt_misc (CONFIG_BINFMT_MISC)",
@@ -199,9 +202,11 @@ def ensure(binfmt_dir: Path = BINFMT_DIR) -> Missing | None:
         elif not text.startswith("enabled") and (failed := _write(entry, "1")):
             return failed
     if not entry.is_file():
-        result = subprocess.run(
-            ["update-binfmts", "--enable", ENTRY], capture_output=True, text=True, check=False
-        )
+        if not shutil.which("update-binfmts"):
+            return Missing(
+                "update-binfmts is not installed", f"{_sudo()}apt-get install binfmt-support"
+            )
+        result = run(["update-binfmts", "--enable", ENTRY], check=False, failure="update-binfmts")
         if result.returncode != 0:
             return Missing(
                 f"update-binfmts could not enable {ENTRY} ({result.stderr.strip()})",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipeline.errors import BuildError, ExitCode
 from pipeline.fetch import cache_root
-from pipeline.tools import last_line, require_tool
+from pipeline.tools import last_line, require_tool, run
 
 MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
@@ -60,6 +60,11 @@ class Suite:
         return "\n".join(lines) + "\n"
 
 
+def _one_line(script: str) -> str:
+    line = script.strip().splitlines()[0] if script.strip() else ""
+    return line if len(line) <= 80 else line[:77] + "..."
+
+
 class CommandFailed(BuildError):
     def __init__(self, command: str, result: subprocess.CompletedProcess[str]) -> None:
         detail = last_line(result.stderr) or last_line(result.stdout)
@@ -89,18 +94,20 @@ class Chroot:
                 (str(archives), self.path("/var/cache/apt/archives"), ["--bind"]),
             ):
                 target.mkdir(parents=True, exist_ok=True)
-                subprocess.run(["mount", *options, source, str(target)], check=True)
-                stack.callback(subprocess.run, ["umount", "--lazy", str(target)], check=False)
+                run(["mount", *options, source, target], failure=f"mounting {target}")
+                stack.callback(
+                    run, ["umount", "--lazy", target], check=False, failure=f"unmounting {target}"
+                )
             yield self
 
     def run(
         self, command: str | Sequence[str], *, check: bool = True, timeout: float = 1800
     ) -> subprocess.CompletedProcess[str]:
         script = command if isinstance(command, str) else shlex.join(command)
-        result = subprocess.run(
+        result = run(
             [
                 "chroot",
-                str(self.root),
+                self.root,
                 "/usr/bin/env",
                 "-i",
                 *[f"{key}={value}" for key, value in _ENV.items()],
@@ -108,10 +115,9 @@ class Chroot:
                 "-c",
                 script,
             ],
-            capture_output=True,
-            text=True,
             check=False,
             timeout=timeout,
+            failure=f"in the {self.suite.name} chroot: {_one_line(script)}",
         )
         if check and result.returncode != 0:
             raise CommandFailed(script, result)
@@ -178,7 +184,7 @@ def create_chroot(suite: Suite, workdir: Path) -> Chroot:
         if not tarball.exists():
             _make_base_tarball(suite, tarball)
     root.mkdir(parents=True)
-    subprocess.run(["tar", "--zstd", "-xpf", str(tarball), "-C", str(root)], check=True)
+    run(["tar", "--zstd", "-xpf", tarball, "-C", root], failure=f"unpacking {tarball.name}")
     chroot = Chroot(root, suite)
     chroot.path("/etc/apt/sources.list").write_text(suite.sources(), encoding="utf-8")
     # A chroot lives for one run: dpkg need not fsync every file it unpacks (sbuild's and
@@ -193,11 +199,10 @@ def _make_base_tarball(suite: Suite, tarball: Path) -> None:
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"chroot-{suite.name}-", dir=tarball.parent) as tmp:
         root = Path(tmp) / "root"
-        result = subprocess.run(
-            ["debootstrap", "--variant=minbase", suite.release, str(root), MIRROR],
-            capture_output=True,
-            text=True,
+        result = run(
+            ["debootstrap", "--variant=minbase", suite.release, root, MIRROR],
             check=False,
+            failure=f"debootstrap {suite.release}",
         )
         if result.returncode != 0:
             raise BuildError(
@@ -207,7 +212,7 @@ def _make_base_tarball(suite: Suite, tarball: Path) -> None:
             )
         _configure(Chroot(root, Suite(suite.release, suite.release, security=suite.security)))
         partial = tarball.with_suffix(".partial")
-        subprocess.run(["tar", "--zstd", "-cpf", str(partial), "-C", str(root), "."], check=True)
+        run(["tar", "--zstd", "-cpf", partial, "-C", root, "."], failure=f"packing {tarball.name}")
         partial.replace(tarball)
 
 

@@ -11,13 +11,13 @@ same version and the suite's aarch64 cross compiler are installed instead.
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import BuildError, ExitCode
+from pipeline.tools import run
 
 from .chroot import MIRROR, Chroot
 
@@ -113,7 +113,7 @@ def install(chroot: Chroot, kernel: Kernel, target_release: str | None = None) -
 
 def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
     unpacked = scratch / "unpacked"
-    subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True)
+    run(["dpkg-deb", "-R", deb, unpacked], failure=f"unpacking {deb.name}")
     control = unpacked / "DEBIAN" / "control"
     lines = control.read_text(encoding="utf-8").splitlines()
     rewritten = []
@@ -132,9 +132,7 @@ def _repack_without_foreign_dependencies(deb: Path, scratch: Path) -> Path:
     control.write_text("\n".join(lines) + "\n", encoding="utf-8")
     target = scratch / deb.name
     # Uncompressed: it is installed once, right away; xz would cost seconds per kernel.
-    subprocess.run(
-        ["dpkg-deb", "-Znone", "-b", str(unpacked), str(target)], check=True, capture_output=True
-    )
+    run(["dpkg-deb", "-Znone", "-b", unpacked, target], failure=f"repacking {deb.name}")
     return target
 
 

@@ -9,17 +9,18 @@ debconf's own temporary folder is reported as left over).
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import tools
 from pipeline.fetch import cache_root
-from pipeline.tools import require_tool
 
 from .chroot import MIRROR
 
 IGNORED = ("/var/cache/debconf/tmp.ci/",)
+# Install, upgrade and purge of the packages on a cached base: minutes; a hang is stopped.
+TIMEOUT = 1800
 
 
 @dataclass
@@ -39,20 +40,16 @@ class PiupartsResult:
 def run(release: str, debs: list[Path], log: Path, previous: list[Path] = ()) -> PiupartsResult:
     """piuparts on ``debs``; with ``previous`` (older versions of the same packages), also
     the upgrade from them."""
-    require_tool("piuparts")
-    require_tool("dpkg-scanpackages")
+    tools.require_tool("piuparts")
+    tools.require_tool("dpkg-scanpackages")
     with tempfile.TemporaryDirectory(prefix="piuparts-repo-") as scratch:
         repository = Path(scratch)
         extra: list[str] = []
         if previous:
             for deb in previous:
                 shutil.copyfile(deb, repository / deb.name)
-            index = subprocess.run(
-                ["dpkg-scanpackages", "-m", "."],
-                cwd=repository,
-                capture_output=True,
-                text=True,
-                check=True,
+            index = tools.run(
+                ["dpkg-scanpackages", "-m", "."], cwd=repository, failure="dpkg-scanpackages"
             )
             (repository / "Packages").write_text(index.stdout, encoding="utf-8")
             extra = [
@@ -72,13 +69,7 @@ def _piuparts(release: str, debs: list[Path], log: Path, extra: list[str]) -> Pi
         command += ["-i", path]
     command += ["-b", str(base)] if base.exists() else ["--save", str(base)]
     command += extra
-    result = subprocess.run(
-        [*command, *(str(deb) for deb in debs)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
+    result = tools.run([*command, *debs], check=False, timeout=TIMEOUT, failure="piuparts")
     output = result.stdout + result.stderr
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(output, encoding="utf-8")

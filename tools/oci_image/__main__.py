@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline.errors import BuildError
 from pipeline.npuctl_package import npuctl_version
 
 from . import workspace
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 push(name, archives, tls_verify=not args.no_tls_verify)
                 print(f"image: pushed {', '.join(architectures)} as one list", file=sys.stderr)
                 print(name)
-    except ImageError as error:
+    except BuildError as error:  # an ImageError, or a program that failed or hung
         print(f"image: {error}", file=sys.stderr)
         return error.code
     except (KeyboardInterrupt, workspace.Stopped) as stopped:

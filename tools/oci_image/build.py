@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from npuctl.defaults import DEFAULT_SERVE_PORT
 from npuctl.models.store import SYSTEM_DIR
 from pipeline.atomic import write_atomically
-from pipeline.config import REPO_ROOT, load_config
+from pipeline.config import REPO_ROOT, load_package, package_names
 from pipeline.npuctl_package import npuctl_version
+from pipeline.tools import run
 
 from . import rootfs, sbom, workspace
 from .archive import Healthcheck, ImageConfig, Written, write_archive
@@ -65,11 +65,11 @@ def source_epoch() -> int:
         if not value.isdigit():
             raise ImageError(f"SOURCE_DATE_EPOCH={value!r} is not a number", ExitCode.USAGE)
         return int(value)
-    result = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct"],
-        capture_output=True,
-        text=True,
+    result = run(
+        ["git", "-C", REPO_ROOT, "log", "-1", "--format=%ct"],
         check=False,
+        failure="git log",
+        code=ExitCode.USAGE,
     )
     if result.returncode != 0 or not result.stdout.strip().isdigit():
         raise ImageError(
@@ -80,16 +80,14 @@ def source_epoch() -> int:
 
 
 def revision() -> str:
-    result = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
-    )
+    result = run(["git", "-C", REPO_ROOT, "rev-parse", "HEAD"], check=False, failure="git")
     return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
 def image_config(
     definition: Definition, architecture: str, name: str, version: str, epoch: int
 ) -> ImageConfig:
-    project = load_config()  # the project's homepage is every package's
+    project = load_package(package_names()[0])  # the project's homepage is every package's
     labels = {
         "org.opencontainers.image.title": definition.title,
         "org.opencontainers.image.description": definition.description,

@@ -3,10 +3,10 @@ tools' shared ExitCode)."""
 
 from __future__ import annotations
 
-from pipeline.errors import ExitCode
+from pipeline.errors import BuildError, ExitCode
+
+__all__ = ["ExitCode", "ImageError"]  # the image modules take both from here
 
 
-class ImageError(Exception):
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
+class ImageError(BuildError):
+    """A failure of the image build, one line (a BuildError like every tool's)."""

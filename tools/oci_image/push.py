@@ -4,8 +4,9 @@ pushed by podman from the archives in dist/images."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
+
+from pipeline.tools import run
 
 from .errors import ExitCode, ImageError
 
@@ -15,19 +16,16 @@ def push(reference: str, archives: list[Path], tls_verify: bool = True) -> None:
     if podman is None:
         raise ImageError("podman is not installed: sudo apt install podman", ExitCode.TOOL)
 
-    def run(*arguments: str) -> None:
-        result = subprocess.run([podman, *arguments], capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
-            raise ImageError(f"podman {arguments[0]} {arguments[1]}: {last}", ExitCode.BUILD)
+    def podman_run(*arguments: str, check: bool = True) -> None:
+        run([podman, *arguments], check=check, failure=f"podman {arguments[0]} {arguments[1]}")
 
-    subprocess.run([podman, "manifest", "rm", reference], capture_output=True, check=False)
-    subprocess.run([podman, "rmi", "-f", reference], capture_output=True, check=False)
+    podman_run("manifest", "rm", reference, check=False)
+    podman_run("rmi", "-f", reference, check=False)
     try:
-        run("manifest", "create", reference)
+        podman_run("manifest", "create", reference)
         for archive in archives:
-            run("manifest", "add", reference, f"oci-archive:{archive.resolve()}")
-        run(
+            podman_run("manifest", "add", reference, f"oci-archive:{archive.resolve()}")
+        podman_run(
             "manifest",
             "push",
             "--all",
@@ -36,4 +34,4 @@ def push(reference: str, archives: list[Path], tls_verify: bool = True) -> None:
             f"docker://{reference}",
         )
     finally:
-        subprocess.run([podman, "manifest", "rm", reference], capture_output=True, check=False)
+        podman_run("manifest", "rm", reference, check=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import arm64_emulation
 from pipeline.config import DEBIAN_MIRROR
+from pipeline.tools import run
 
 from . import workspace
 from .definition import Definition
@@ -155,7 +156,7 @@ def install_wheels(definition: Definition, architecture: str, root: Path, log: P
         str(definition.wheels.requirements),
     ]
     with log.open("a", encoding="utf-8") as output:
-        result = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, check=False)
+        result = run(command, output=output, check=False, failure="pip install")
     if result.returncode != 0:
         text = log.read_text(encoding="utf-8", errors="replace")
         code = ExitCode.ARCHIVE if "NewConnectionError" in text else ExitCode.BUILD

@@ -20,10 +20,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from pipeline import identity
+from pipeline.tools import run
+
 from .errors import ExitCode, ImageError
 
 OWNER_FILE = ".build-owner"
-OWNER_TAG = "aipu-dkms image build"
+OWNER_TAG = f"{identity.NAME} image build"
 # How long a stopped build's processes get to finish their own clean-up before SIGKILL.
 GRACE_SECONDS = 20
 
@@ -75,7 +78,7 @@ def release(folder: Path) -> None:
     """Unmount everything below ``folder``; lazily, so a process still inside cannot keep a
     mount (it goes with that process)."""
     for point in mounts_inside(folder):
-        subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False)
+        run(["umount", "--lazy", point], check=False, failure=f"unmounting {point}")
     if left := mounts_inside(folder):
         raise ImageError(
             f"{left[0]} cannot be unmounted: sudo umount --lazy '{left[0]}'", ExitCode.BUILD

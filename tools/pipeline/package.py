@@ -10,7 +10,6 @@ import datetime as dt
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -130,13 +129,13 @@ def dpkg_buildpackage(
     build_dir = tree.parent
     log = build_dir / f"{stem}.build.log"
     with log.open("w", encoding="utf-8") as stream:
-        result = subprocess.run(
+        result = run(
             ["dpkg-buildpackage", "-us", "-uc", "--build=source,all"],
             cwd=tree,
             env=DEBIAN_BUILD_ENV,
-            stdout=stream,
-            stderr=subprocess.STDOUT,
+            output=stream,
             check=False,
+            failure=f"dpkg-buildpackage failed (full log: {log})",
         )
     if result.returncode != 0:
         raise BuildError(

@@ -10,42 +10,36 @@ import subprocess
 from pathlib import Path
 
 from .atomic import replaced_directory
-from .config import DEFAULT_PACKAGE, PATCHES_ROOT, REPO_ROOT
+from .config import REPO_ROOT
 from .errors import BuildError, ExitCode
-from .tools import last_line, require_tool
-
-# The default package's series (aipu-dkms), for callers that name no package.
-PATCHES_DIR = PATCHES_ROOT / DEFAULT_PACKAGE
+from .tools import last_line, run
 
 QUILTRC = REPO_ROOT / "tools" / "quiltrc"
 
 
-def series(patches_dir: Path = PATCHES_DIR) -> list[str]:
+def series(patches_dir: Path) -> list[str]:
     if not (patches_dir / "series").exists():  # a package that needs no patch
         return []
     lines = (patches_dir / "series").read_text(encoding="utf-8").splitlines()
     return [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
 
 
-def quilt_env(patches_dir: Path = PATCHES_DIR) -> dict[str, str]:
+def quilt_env(patches_dir: Path) -> dict[str, str]:
     return {**os.environ, "QUILT_PATCHES": str(patches_dir.resolve()), "QUILT_PC": ".pc"}
 
 
-def quilt(
-    tree: Path, *args: str, patches_dir: Path = PATCHES_DIR
-) -> subprocess.CompletedProcess[str]:
-    require_tool("quilt")
-    return subprocess.run(
-        ["quilt", "--quiltrc", str(QUILTRC), *args],
+def quilt(tree: Path, *args: str, patches_dir: Path) -> subprocess.CompletedProcess[str]:
+    return run(
+        ["quilt", "--quiltrc", QUILTRC, *args],
         cwd=tree,
         env=quilt_env(patches_dir),
-        capture_output=True,
-        text=True,
         check=False,
+        failure=f"quilt {args[0] if args else ''}",
+        code=ExitCode.PATCH,
     )
 
 
-def apply_series(tree: Path, patches_dir: Path = PATCHES_DIR) -> None:
+def apply_series(tree: Path, patches_dir: Path) -> None:
     """``quilt push -a`` with zero fuzz; a patch that does not apply is a one-line error."""
     if not series(patches_dir):
         return
@@ -61,7 +55,7 @@ def apply_series(tree: Path, patches_dir: Path = PATCHES_DIR) -> None:
         )
 
 
-def patched_copy(upstream: Path, destination: Path, patches_dir: Path = PATCHES_DIR) -> Path:
+def patched_copy(upstream: Path, destination: Path, patches_dir: Path) -> Path:
     """Write upstream + series to ``destination`` (replaced atomically; no .pc left)."""
     with replaced_directory(destination) as tree:
         shutil.copytree(upstream, tree, symlinks=True)

@@ -22,14 +22,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import identity
 from .errors import BuildError, ExitCode
-from .tools import require_tool
+from .tools import require_tool, run
 
 CODENAMES = ("bookworm", "trixie", "sid")
-ORIGIN = "aipu-dkms"
-KEYRING_NAME = "aipu-archive-keyring"
+ORIGIN = identity.NAME
+KEYRING_NAME = identity.KEYRING_PACKAGE
 KEYRING_FILE = f"{KEYRING_NAME}.gpg"
-THROWAWAY_UID = "aipu-dkms throwaway test key <throwaway@invalid>"
+THROWAWAY_UID = f"{identity.NAME} throwaway test key <throwaway@invalid>"
 
 
 @dataclass(frozen=True)
@@ -42,17 +43,13 @@ class SigningKey:
 def _gpg(
     home: Path, *args: str, check: bool = True, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        ["gpg", "--homedir", str(home), "--batch", "--no-tty", *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        check=False,
+    return run(
+        ["gpg", "--homedir", home, "--batch", "--no-tty", *args],
+        input_data=stdin,
+        check=check,
+        failure=f"gpg {' '.join(args[:2])}",
+        code=ExitCode.USAGE,
     )
-    if check and result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["gpg failed"])[-1]
-        raise BuildError(f"gpg {' '.join(args[:2])}: {last}", ExitCode.USAGE)
-    return result
 
 
 def _secret_fingerprint(home: Path) -> str:
@@ -70,10 +67,10 @@ def _temporary_home() -> Iterator[Path]:
     try:
         yield home
     finally:
-        subprocess.run(
-            ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
-            capture_output=True,
+        run(
+            ["gpgconf", "--homedir", home, "--kill", "gpg-agent"],
             check=False,
+            failure="stopping gpg-agent",
         )
         shutil.rmtree(home, ignore_errors=True)
 
@@ -158,30 +155,22 @@ def _version_of(changes: Path) -> tuple[str, str]:
 
 
 def _newer(candidate: str, published: str) -> bool:
-    return (
-        subprocess.run(
-            ["dpkg", "--compare-versions", candidate, "gt", published], check=False
-        ).returncode
-        == 0
+    compared = run(
+        ["dpkg", "--compare-versions", candidate, "gt", published],
+        check=False,
+        failure="dpkg --compare-versions",
     )
+    return compared.returncode == 0
 
 
 def _export_public(key: SigningKey, target: Path) -> None:
     """The public key as a binary keyring file, what Signed-By and gpgv read."""
-    subprocess.run(
+    run(
         [
-            "gpg",
-            "--homedir",
-            str(key.home),
-            "--batch",
-            "--yes",
-            "--output",
-            str(target),
-            "--export",
-            key.fingerprint,
+            *("gpg", "--homedir", key.home, "--batch", "--yes"),
+            *("--output", target, "--export", key.fingerprint),
         ],
-        check=True,
-        capture_output=True,
+        failure="exporting the repository's public key",
     )
 
 
@@ -199,14 +188,14 @@ def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path)
     docs.mkdir(parents=True)
     (docs / "copyright").write_text(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
-        f"Upstream-Name: {KEYRING_NAME}\n\nFiles: *\nCopyright: the aipu-dkms maintainers\n"
+        f"Upstream-Name: {KEYRING_NAME}\n\nFiles: *\nCopyright: the {identity.NAME} maintainers\n"
         "License: public-domain\n A public OpenPGP key carries no copyright.\n",
         encoding="utf-8",
     )
     changelog = (
         f"{KEYRING_NAME} ({version}) unstable; urgency=medium\n\n"
-        "  * The key of the aipu-dkms apt repository.\n\n"
-        " -- aipu-dkms maintainers <aipu-dkms@example.org>  Mon, 23 Nov 2026 00:00:00 +0000\n"
+        f"  * The key of the {identity.NAME} apt repository.\n\n"
+        f" -- {identity.MAINTAINERS}  Mon, 23 Nov 2026 00:00:00 +0000\n"
     )
     (docs / "changelog.gz").write_bytes(gzip.compress(changelog.encode(), 9, mtime=0))
     (docs / "changelog.gz").chmod(0o644)
@@ -214,18 +203,17 @@ def build_keyring_package(key: SigningKey, version: str, work: Path, dist: Path)
     control.mkdir()
     (control / "control").write_text(
         f"Package: {KEYRING_NAME}\nVersion: {version}\nArchitecture: all\n"
-        "Maintainer: aipu-dkms maintainers <aipu-dkms@example.org>\nSection: misc\n"
+        f"Maintainer: {identity.MAINTAINERS}\nSection: misc\n"
         "Priority: optional\nMulti-Arch: foreign\n"
-        "Description: OpenPGP key of the aipu-dkms apt repository\n"
+        f"Description: OpenPGP key of the {identity.NAME} apt repository\n"
         " The key apt checks the repository's Release files with\n"
         f" (/usr/share/keyrings/{KEYRING_FILE}).\n",
         encoding="utf-8",
     )
     target = dist / f"{KEYRING_NAME}_{version}_all.deb"
-    subprocess.run(
-        ["dpkg-deb", "--root-owner-group", "-Zxz", "-b", str(root), str(target)],
-        check=True,
-        capture_output=True,
+    run(
+        ["dpkg-deb", "--root-owner-group", "-Zxz", "-b", root, target],
+        failure=f"building {target.name}",
     )
     return target
 
@@ -314,12 +302,11 @@ class _Aptly:
         self.env = env
 
     def __call__(self, *args: object) -> None:
-        result = subprocess.run(
+        result = run(
             ["aptly", f"-config={self.config}", *(str(a) for a in args)],
-            capture_output=True,
-            text=True,
             env=self.env,
             check=False,
+            failure=f"aptly {args[0]}",
         )
         if result.returncode != 0:
             lines = [line for line in (result.stderr + result.stdout).splitlines() if line]

@@ -1,4 +1,5 @@
-"""Running external programs with one-line errors when they are missing or fail."""
+"""Running external programs, the one way every tool of tools/ does: a timeout on each, and
+one-line errors when a program is missing, fails or hangs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from .errors import BuildError, ExitCode
 
@@ -37,28 +39,55 @@ def require_tool(name: str) -> str:
     return path
 
 
+# A step that gives no answer for this long is stuck; the longest (a kernel headers install
+# with its DKMS builds, a piuparts run) take minutes. Builds that take longer say so.
+DEFAULT_TIMEOUT = 1800.0
+
+
 def run(
     command: Sequence[str | Path],
     *,
+    failure: str,
+    code: ExitCode = ExitCode.BUILD,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
-    failure: str,
-    code: ExitCode,
-) -> subprocess.CompletedProcess[str]:
-    """Run a command; on failure raise BuildError with ``failure`` and the last error line."""
+    input_data: str | bytes | None = None,
+    output: IO[str] | IO[bytes] | None = None,
+    text: bool = True,
+) -> subprocess.CompletedProcess:
+    """The one way the tools run a program: a missing tool, a timeout and (with ``check``) a
+    failure each raise BuildError with one line, ``failure`` and the last line the program
+    wrote. Output is captured, or with ``output`` written there (stderr too)."""
     require_tool(str(command[0]))
-    result = subprocess.run(
-        [str(part) for part in command],
-        cwd=cwd,
-        env=None if env is None else dict(env),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        detail = last_line(result.stderr) or last_line(result.stdout)
+    arguments = [str(part) for part in command]
+    try:
+        result = subprocess.run(
+            arguments,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            input=input_data,
+            stdout=subprocess.PIPE if output is None else output,
+            stderr=subprocess.PIPE if output is None else subprocess.STDOUT,
+            text=text,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise BuildError(
+            f"{failure}: {Path(arguments[0]).name} gave no answer within {timeout:g} s", code
+        ) from None
+    if check and result.returncode != 0:
+        detail = last_line(_text(result.stderr)) or last_line(_text(result.stdout))
         raise BuildError(f"{failure}: {detail}" if detail else failure, code)
     return result
+
+
+def _text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
 def last_line(text: str) -> str:

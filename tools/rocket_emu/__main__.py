@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from oci_image import workspace
+from pipeline.errors import BuildError
 
 from . import guest_root, qemu_build, sources
 from .errors import EmulationError
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         guest = guest_root.build(pins, emulator, args.dist, args.work)
         print(f"guest: {guest.folder} ({round(time.monotonic() - started, 1)} s)")
-    except EmulationError as error:
+    except BuildError as error:  # an EmulationError, or a program that failed or hung
         print(f"rocket-emu: {error}", file=sys.stderr)
         return int(error.code)
     except (KeyboardInterrupt, workspace.Stopped) as stopped:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.tools import run
+
 from .errors import EmulationError, Stage
 from .guest_root import GuestRoot
 from .pins import Pins
@@ -58,10 +60,14 @@ def lab_archive(cases: Path, debs: list[Path], target: Path) -> Path:
         (Path(scratch) / "lab" / "debs").mkdir()
         for deb in debs:
             shutil.copyfile(deb, Path(scratch) / "lab" / "debs" / deb.name)
-        subprocess.run(
-            f"cd '{scratch}' && find lab | LC_ALL=C sort | cpio -o -H newc --quiet > '{target}'",
-            shell=True,
-            check=True,
+        run(
+            [
+                "sh",
+                "-c",
+                f"cd '{scratch}' && find lab | LC_ALL=C sort "
+                f"| cpio -o -H newc --quiet > '{target}'",
+            ],
+            failure="packing the board's test files",
         )
     return target
 
@@ -89,6 +95,32 @@ def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, port: int) -
     ]  # fmt: skip
 
 
+def _initrd(guest: GuestRoot, cases: Path, debs: list[Path], work: Path) -> Path:
+    """The guest's root file system, then the lab's files (cases, .debs) after it."""
+    work.mkdir(parents=True, exist_ok=True)
+    initrd = work / "initrd.cpio"
+    archive = lab_archive(cases, debs, work / "lab.cpio")
+    with initrd.open("wb") as out:
+        for part in (guest.initrd, archive):
+            with part.open("rb") as source:
+                shutil.copyfileobj(source, out, 1 << 20)
+    return initrd
+
+
+def results(console: str) -> list[tuple[str, Any]]:
+    """What the guest's jobs reported: one RESULT line each, a kind and a JSON document."""
+    found = []
+    for line in console.splitlines():
+        line = line.strip()
+        if line.startswith(RESULT):
+            kind, _, text = line[len(RESULT) :].partition(" ")
+            try:
+                found.append((kind, json.loads(text)))
+            except ValueError:
+                continue
+    return found
+
+
 def boot(
     pins: Pins,
     qemu: Path,
@@ -99,13 +131,7 @@ def boot(
     while_serving: Callable[[int], Any],
     timeout: float = 1800,
 ) -> Run:
-    work.mkdir(parents=True, exist_ok=True)
-    initrd = work / "initrd.cpio"
-    archive = lab_archive(cases, debs, work / "lab.cpio")
-    with initrd.open("wb") as out:
-        for part in (guest.initrd, archive):
-            with part.open("rb") as source:
-                shutil.copyfileobj(source, out, 1 << 20)
+    initrd = _initrd(guest, cases, debs, work)
     port = free_port()
     log = work / "console.log"
     lines: list[str] = []
@@ -153,14 +179,7 @@ def boot(
     reader.join(timeout=30)
     run.console = "".join(lines)
     run.seconds = round(time.monotonic() - started, 1)
-    for line in run.console.splitlines():
-        line = line.strip()
-        if line.startswith(RESULT):
-            kind, _, text = line[len(RESULT) :].partition(" ")
-            try:
-                run.results.append((kind, json.loads(text)))
-            except ValueError:
-                continue
+    run.results += results(run.console)
     if "LAB: booted" not in run.console:
         raise EmulationError(Stage.BOOT, f"the kernel did not start /lab/init (console: {log})")
     return run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pipeline.errors import ExitCode
+from pipeline.errors import BuildError, ExitCode
 
 
 class Stage(StrEnum):
@@ -19,8 +19,7 @@ class Stage(StrEnum):
     SERVE = "serve"
 
 
-class EmulationError(Exception):
+class EmulationError(BuildError):
     def __init__(self, stage: Stage, message: str, code: ExitCode = ExitCode.BUILD) -> None:
-        super().__init__(f"{stage}: {message}")
+        super().__init__(f"{stage}: {message}", code)
         self.stage = stage
-        self.code = code

@@ -22,6 +22,7 @@ from oci_image import rootfs, workspace
 from oci_image.errors import ImageError
 from pipeline.errors import BuildError
 from pipeline.patching import patched_copy
+from pipeline.tools import run
 
 from . import sources
 from .errors import EmulationError, ExitCode, Stage
@@ -122,10 +123,14 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     _take_kernel(pins, root, partial / "Image")
-    subprocess.run(
-        f"cd '{root}' && find . | LC_ALL=C sort | cpio -o -H newc --quiet > '{partial}/root.cpio'",
-        shell=True,
-        check=True,
+    run(
+        [
+            "sh",
+            "-c",
+            f"cd '{root}' && find . | LC_ALL=C sort | cpio -o -H newc --quiet "
+            f"> '{partial}/root.cpio'",
+        ],
+        failure="packing the guest's root file system",
     )
     facts = {
         "release": pins.release,

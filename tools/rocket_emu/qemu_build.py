@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from pipeline.atomic import write_atomically
 from pipeline.errors import BuildError
 from pipeline.patching import apply_series
+from pipeline.tools import run
 
 from . import sources
 from .errors import EmulationError, ExitCode, Stage
@@ -28,12 +28,22 @@ def cached_binary(pins: Pins, emulator: Path) -> Path:
     return sources.cache() / f"qemu-{key}" / BINARY
 
 
+# QEMU's configure and ninja build on two cores take some ten minutes; a hang is stopped.
+BUILD_TIMEOUT = 3 * 3600
+
+
 def _run(command: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None) -> None:
     with log.open("a", encoding="utf-8") as output:
         output.write(f"$ {' '.join(command)}\n")
         output.flush()
-        result = subprocess.run(
-            command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, env=env, check=False
+        result = run(
+            command,
+            cwd=cwd,
+            output=output,
+            env=env,
+            check=False,
+            timeout=BUILD_TIMEOUT,
+            failure=f"{command[0]} (log: {log})",
         )
     if result.returncode != 0:
         lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()

@@ -11,6 +11,7 @@ from pathlib import Path
 from oci_image.rootfs import mirror
 from pipeline.errors import BuildError
 from pipeline.fetch import cache_root, download, sha256_of
+from pipeline.tools import run
 
 from .errors import EmulationError, ExitCode, Stage
 from .pins import Pins
@@ -49,11 +50,10 @@ def qemu_source(pins: Pins, work: Path) -> Path:
     tree = work / "qemu-src"
     shutil.rmtree(tree, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["dpkg-source", "--require-strong-checksums", "-x", str(dsc), str(tree)],
-        capture_output=True,
-        text=True,
+    result = run(
+        ["dpkg-source", "--require-strong-checksums", "-x", dsc, tree],
         check=False,
+        failure="dpkg-source",
     )
     if result.returncode != 0:
         raise EmulationError(
@@ -66,8 +66,8 @@ def qemu_source(pins: Pins, work: Path) -> Path:
 
 
 def _git(repository: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        ["git", "--git-dir", str(repository), *args], capture_output=True, check=False
+    return run(
+        ["git", "--git-dir", repository, *args], check=False, text=False, failure=f"git {args[0]}"
     )
 
 
@@ -106,11 +106,16 @@ def emulator_files(pins: Pins, repository: Path | None) -> Path:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
-    archive = subprocess.run(
-        ["git", "--git-dir", str(git), "archive", "--format=tar", spec],
-        capture_output=True,
-        check=True,
+    archive = run(
+        ["git", "--git-dir", git, "archive", "--format=tar", spec],
+        text=False,
+        failure=f"git archive {spec}",
     )
-    subprocess.run(["tar", "-x", "-C", str(partial)], input=archive.stdout, check=True)
+    run(
+        ["tar", "-x", "-C", partial],
+        input_data=archive.stdout,
+        text=False,
+        failure="unpacking the emulator's files",
+    )
     partial.replace(target)
     return target
