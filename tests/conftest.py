@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, load_config, load_package
+from pipeline.config import Config, load_package
 from pipeline.fetch import cache_root, find_upstream
 
 ARM64_IMAGE_TEST = "test_the_arm64_image_runs_npuctl_under_emulation"
@@ -76,7 +76,7 @@ def arm64_image_build(request, tmp_path_factory) -> Iterator[ImageBuild | None]:
 
 @pytest.fixture(scope="session")
 def config() -> Config:
-    return load_config()
+    return load_package("aipu-dkms")
 
 
 @pytest.fixture(scope="session")

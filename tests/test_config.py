@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import kernel_min_regex, load_config
+from pipeline.config import config_path, kernel_min_regex, load_config
 from pipeline.errors import BuildError, ExitCode
 
 
@@ -66,7 +66,7 @@ def test_bad_kernel_minimum_is_one_clear_error():
 
 
 def test_missing_key_names_the_key(tmp_path: Path):
-    text = Path(load_config.__globals__["DEFAULT_CONFIG"]).read_text(encoding="utf-8")
+    text = Path(config_path("aipu-dkms")).read_text(encoding="utf-8")
     broken = tmp_path / "package.yaml"
     broken.write_text(re.sub(r"(?m)^  module: .*\n", "", text), encoding="utf-8")
     with pytest.raises(BuildError) as raised:
@@ -76,7 +76,7 @@ def test_missing_key_names_the_key(tmp_path: Path):
 
 
 def test_invalid_commit_is_rejected(tmp_path: Path):
-    text = Path(load_config.__globals__["DEFAULT_CONFIG"]).read_text(encoding="utf-8")
+    text = Path(config_path("aipu-dkms")).read_text(encoding="utf-8")
     broken = tmp_path / "package.yaml"
     broken.write_text(re.sub(r"commit: [0-9a-f]{40}", "commit: main", text), encoding="utf-8")
     with pytest.raises(BuildError, match=r"upstream\.commit"):

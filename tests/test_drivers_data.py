@@ -48,15 +48,19 @@ def test_every_board_file_has_one_owner():
     for name in package_names():
         present = {path for path in (PROVISION_DIR / name).iterdir() if path.is_file()}
         assert present == {path for path in owned if path.parent.name == name}
-    table = yaml.safe_load((PROVISION_DIR / "npuctl" / "files.yaml").read_text())
-    listed = [item["file"] for entries in table.values() for item in entries]
-    assert len(listed) == len(set(listed))
-    site = {
-        str(path.relative_to(PROVISION_DIR / "npuctl"))
-        for path in (PROVISION_DIR / "npuctl").rglob("*")
-        if path.is_file() and path.name != "files.yaml"
-    }
-    assert site == set(listed)
+    # The site files of 'npuctl provision': the shared folder's and each family's, each file
+    # listed once, each action in one folder.
+    from npuctl.provision.site_files import folders
+
+    actions: list[str] = []
+    for folder in map(Path, map(str, folders())):
+        table = yaml.safe_load((folder / "files.yaml").read_text())
+        actions += list(table)
+        listed = [item["file"] for entries in table.values() for item in entries]
+        assert len(listed) == len(set(listed))
+        site = {path.name for path in folder.iterdir() if path.is_file()} - {"files.yaml"}
+        assert site == set(listed), folder
+    assert len(actions) == len(set(actions)) and {"nfd", "backports", "ld-path"} <= set(actions)
     # The one folder more: the npuctl-serve package's unit (tools/pipeline/npuctl_package.py).
     from pipeline.npuctl_package import SERVE_UNIT
 

@@ -13,6 +13,7 @@ def report(*kernels: str) -> dict:
                 "suite": "sid",
                 "kernel": kernel,
                 "role": "installed",
+                "package": "aipu-dkms",
                 "ok": True,
                 "cells": {"build": {"status": "ok", "seconds": 1.0, "detail": ""}},
             }

@@ -6,9 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import load_package
 from pipeline.errors import BuildError, ExitCode
 from pipeline.fetch import git_tree_id
-from pipeline.patching import PATCHES_DIR, patched_copy, quilt, series
+from pipeline.patching import patched_copy, quilt
+from pipeline.patching import series as series_of
+
+PATCHES_DIR = load_package("aipu-dkms").patches_dir
+
+
+def series() -> list[str]:
+    return series_of(PATCHES_DIR)
+
 
 DEP3_FIELDS = ("Description", "Author", "Origin", "Forwarded", "Last-Update")
 
@@ -77,11 +86,11 @@ def test_kbuild_defines_the_real_driver_version():
 def test_series_applies_with_zero_fuzz_and_round_trips(upstream_tree, tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(upstream_tree, tree)
-    pushed = quilt(tree, "push", "-a", "--fuzz=0")
+    pushed = quilt(tree, "push", "-a", "--fuzz=0", patches_dir=PATCHES_DIR)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert not re.search(r"offset|fuzz", pushed.stdout, re.IGNORECASE), pushed.stdout
     assert (tree / "Kbuild").exists()
-    popped = quilt(tree, "pop", "-a")
+    popped = quilt(tree, "pop", "-a", patches_dir=PATCHES_DIR)
     assert popped.returncode == 0, popped.stdout + popped.stderr
     shutil.rmtree(tree / ".pc")
     assert git_tree_id(tree) == git_tree_id(upstream_tree)
@@ -122,7 +131,7 @@ def test_patch_that_does_not_apply_is_one_clear_error(upstream_tree, tmp_path):
 
 @pytest.mark.upstream
 def test_patched_tree_has_no_quilt_state(upstream_tree, tmp_path):
-    tree = patched_copy(upstream_tree, tmp_path / "src")
+    tree = patched_copy(upstream_tree, tmp_path / "src", PATCHES_DIR)
     assert not (tree / ".pc").exists()
     assert (tree / "armchina-npu" / "aipu_compat.h").exists()
     assert isinstance(tree, Path)

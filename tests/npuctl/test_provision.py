@@ -11,7 +11,7 @@ from .test_cli_run import one_line_error
 from .test_models import MODEL_BYTES, VOCAB_BYTES, Server
 
 # The files provision installs, as the project keeps them.
-PROVISION = Path(__file__).resolve().parents[2] / "provision" / "npuctl"
+SITE_FILES = Path(__file__).resolve().parents[2] / "npuctl/src/npuctl/platforms/zhouyi/site-files"
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_linker_path_is_an_explicit_action(board, image):
     result = provision(board, image, "--only", "ld-path")
     assert result.returncode == 0, result.stderr
     conf = image.root / "etc/ld.so.conf.d/cix-noe.conf"
-    assert conf.read_bytes() == (PROVISION / "zhouyi/cix-noe.conf").read_bytes()
+    assert conf.read_bytes() == (SITE_FILES / "cix-noe.conf").read_bytes()
     assert conf.stat().st_mode & 0o777 == 0o644
     assert calls(image) == ["ldconfig "]
     provision(board, image, "--only", "ld-path", "--undo")

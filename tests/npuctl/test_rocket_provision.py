@@ -9,7 +9,7 @@ from .rocket_board import RocketBoard
 from .test_cli_run import one_line_error
 
 # The files provision installs, as the project keeps them.
-PROVISION = Path(__file__).resolve().parents[2] / "provision" / "npuctl"
+SITE_FILES = Path(__file__).resolve().parents[2] / "npuctl/src/npuctl/platforms/rocket/site-files"
 
 
 @pytest.fixture
@@ -63,13 +63,11 @@ def test_apply_is_idempotent_and_undo_reverses(rocket, image):
     first = provision(rocket, image, *only(*ACTIONS))
     assert first.returncode == 0, first.stderr
     pin = image.root / "etc/apt/preferences.d/npuctl-teflon.pref"
-    assert pin.read_bytes() == (PROVISION / "rocket/npuctl-teflon.pref").read_bytes()
+    assert pin.read_bytes() == (SITE_FILES / "npuctl-teflon.pref").read_bytes()
     assert "Package: mesa-teflon-delegate" in pin.read_text()
     assert pin.stat().st_mode & 0o777 == 0o644
     source = image.root / "etc/apt/sources.list.d/npuctl-trixie-backports.sources"
-    assert (
-        source.read_bytes() == (PROVISION / "rocket/npuctl-trixie-backports.sources").read_bytes()
-    )
+    assert source.read_bytes() == (SITE_FILES / "npuctl-trixie-backports.sources").read_bytes()
     assert "render:x:109:opi" in (image.root / "etc/group").read_text()
     assert "apt-get install -y -t trixie-backports mesa-teflon-delegate" in calls(image)
     assert any(c.startswith("python3 -m pip install --quiet --target") for c in calls(image))

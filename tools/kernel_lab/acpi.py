@@ -3,14 +3,13 @@ the CIXH4000 device, completely or with one part missing (acpi/npu.asl.j2)."""
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from pipeline.tools import require_tool
+from pipeline.tools import run
 
 from .qemu import BootResult
 
@@ -71,14 +70,10 @@ VARIANTS = (
 
 def compile_table(variant: Variant, directory: Path) -> Path:
     """The variant's SSDT, compiled with iasl."""
-    require_tool("iasl")
     source = directory / f"npu-{variant.name}.asl"
     source.write_text(variant.asl(), encoding="utf-8")
-    result = subprocess.run(
-        ["iasl", "-p", str(source.with_suffix("")), str(source)],
-        capture_output=True,
-        text=True,
-        check=False,
+    result = run(
+        ["iasl", "-p", source.with_suffix(""), source], check=False, failure=f"iasl {source.name}"
     )
     table = source.with_suffix(".aml")
     if result.returncode != 0 or not table.exists():
@@ -89,13 +84,14 @@ def compile_table(variant: Variant, directory: Path) -> Path:
 def problems(variant: Variant, result: BootResult) -> list[str]:
     """What is not as the variant expects; empty when the boot went as it must."""
     found = result.lifecycle_problems()
-    if not result.marker("acpi device CIXH4000:00 present"):
-        found.append("the ACPI device CIXH4000:00 did not appear")
-    if "armchina CIXH4000:00" not in result.dmesg:
-        found.append("the armchina driver did not probe the ACPI device")
+    device, driver = f"{result.driver.acpi_id}:00", result.driver.platform_driver
+    if not result.marker(f"acpi device {device} present"):
+        found.append(f"the ACPI device {device} did not appear")
+    if f"{driver} {device}" not in result.dmesg:
+        found.append(f"the {driver} driver did not probe the ACPI device")
     if variant.expect not in result.dmesg:
         found.append(f"the kernel log lacks '{variant.expect}'")
-    if result.marker("bound CIXH4000:00"):
+    if result.marker(f"bound {device}"):
         found.append("the driver stayed bound to a device it cannot drive")
     return found
 
@@ -105,7 +101,7 @@ def probe_lines(result: BootResult) -> list[str]:
     return [
         line.strip()
         for line in result.dmesg.splitlines()
-        if "armchina" in line or "aipu" in line.lower()
+        if result.driver.platform_driver in line or result.driver.module in line.lower()
     ]
 
 

@@ -6,35 +6,27 @@ A Debian headers tree is two directories: the flavour's (/usr/src/linux-headers-
 .config, Module.symvers, include/generated, .kernelvariables, a Makefile that includes the
 common tree's) and the common one (/usr/src/linux-headers-<version>-common: the sources'
 headers). Symbols change the flavour's .config, auto.conf and autoconf.h; the release changes
-utsrelease.h and KERNELRELEASE; CIX's SCMI helpers need their own copy of the common tree (its
-include/linux/scmi_protocol.h) and their exports in Module.symvers.
+utsrelease.h and KERNELRELEASE; what a vendor kernel exports beyond Debian's (``exports``)
+needs its own copy of the common tree (for the header that declares it) and its symbols in
+Module.symvers.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from pipeline.tools import run
+
 from .chroot import Chroot
 from .kernels import Kernel
 
 DESCRIPTION = Path(__file__).with_name("distribution_kernels.yaml")
-
-# What CIX's vendor kernel declares in include/linux/scmi_protocol.h, as sky1.c calls it.
-CIX_SCMI_DECLARATIONS = """
-/* CIX vendor kernel SCMI helpers (simulated by the kernel lab) */
-struct device;
-unsigned long scmi_device_get_freq(struct device *dev);
-int scmi_device_set_freq(struct device *dev, unsigned long freq);
-int scmi_device_opp_table_parse(struct device *dev);
-"""
-CIX_SCMI_SYMBOLS = ("scmi_device_get_freq", "scmi_device_set_freq", "scmi_device_opp_table_parse")
 
 
 @dataclass(frozen=True)
@@ -44,12 +36,12 @@ class DistributionKernel:
     base_suite: str
     suffix: str
     config: dict[str, str | None]
-    expect: dict[str, str | list[str]]
     # The version the release is named after ("6.6.89"); the headers' content, and with it
     # LINUX_VERSION_CODE, stay the base's: the driver's version checks must see the headers
     # they compile against.
     name_version: str | None = None
-    cix_scmi: bool = False
+    # What the kernel exports that Debian's does not: {header, declarations, symbols}.
+    exports: dict | None = None
 
     def release(self, base: Kernel) -> str:
         version = self.name_version or re.match(r"\d+\.\d+(\.\d+)?", base.release)[0]
@@ -93,13 +85,13 @@ def derive(chroot: Chroot, base: Kernel, kernel: DistributionKernel, scratch: Pa
     common = re.search(r"include (/usr/src/\S+)/Makefile", makefile.read_text(encoding="utf-8"))
     if common is None:
         raise RuntimeError(f"{makefile}: no common tree named")
-    if kernel.cix_scmi:
+    if kernel.exports:
         own_common = f"/usr/src/{package}-common"
         shutil.copytree(chroot.path(common[1]), root / own_common.lstrip("/"), symlinks=True)
         makefile.write_text(
             makefile.read_text(encoding="utf-8").replace(common[1], own_common), encoding="utf-8"
         )
-        _declare_cix_scmi(root / own_common.lstrip("/"), flavour_dir)
+        _declare_exports(root / own_common.lstrip("/"), flavour_dir, kernel.exports)
     _set_symbols(flavour_dir, kernel.config)
     _set_release(flavour_dir, base.release, release)
     modules = root / f"usr/lib/modules/{release}"
@@ -107,10 +99,9 @@ def derive(chroot: Chroot, base: Kernel, kernel: DistributionKernel, scratch: Pa
     (modules / "build").symlink_to(f"/usr/src/{package}")
     _control(root, package, release, kernel)
     deb = scratch / f"{package}_1_arm64.deb"
-    subprocess.run(
-        ["dpkg-deb", "--root-owner-group", "-Znone", "-b", str(root), str(deb)],
-        check=True,
-        capture_output=True,
+    run(
+        ["dpkg-deb", "--root-owner-group", "-Znone", "-b", root, deb],
+        failure=f"building {deb.name}",
     )
     return deb
 
@@ -146,10 +137,10 @@ def remove(chroot: Chroot, installed: Installed) -> str:
     return result.stdout + result.stderr
 
 
-def imports_cix_scmi(chroot: Chroot, module_path: str) -> bool:
-    """Whether a built module calls CIX's SCMI helpers (its devfreq code is compiled in)."""
+def imported_symbols(chroot: Chroot, module_path: str) -> set[str]:
+    """The symbols a built module imports, by their modversions."""
     output = chroot.run(["modprobe", "--dump-modversions", module_path], check=False).stdout
-    return any(symbol in output for symbol in CIX_SCMI_SYMBOLS)
+    return {fields[1] for line in output.splitlines() if len(fields := line.split()) >= 2}
 
 
 def _set_symbols(tree: Path, symbols: dict[str, str | None]) -> None:
@@ -191,14 +182,15 @@ def _set_release(tree: Path, old: str, new: str) -> None:
         stamp.write_text(new + "\n", encoding="utf-8")
 
 
-def _declare_cix_scmi(common: Path, flavour_dir: Path) -> None:
-    header = common / "include/linux/scmi_protocol.h"
+def _declare_exports(common: Path, flavour_dir: Path, exports: dict) -> None:
+    header = common / exports["header"]
     text = header.read_text(encoding="utf-8")
     end = text.rstrip().rfind("#endif")
-    header.write_text(text[:end] + CIX_SCMI_DECLARATIONS + "\n" + text[end:], encoding="utf-8")
+    declarations = "\n" + exports["declarations"]
+    header.write_text(text[:end] + declarations + "\n" + text[end:], encoding="utf-8")
     symvers = flavour_dir / "Module.symvers"
     with symvers.open("a", encoding="utf-8") as stream:
-        for symbol in CIX_SCMI_SYMBOLS:
+        for symbol in exports["symbols"]:
             stream.write(f"0x00000000\t{symbol}\tvmlinux\tEXPORT_SYMBOL_GPL\t\n")
 
 

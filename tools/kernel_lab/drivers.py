@@ -6,24 +6,35 @@ domains)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pipeline.config import load_package, package_names
+from pipeline.config import Config, load_package, package_names
+
+INITRAMFS_HOOKS = "/usr/share/initramfs-tools/hooks/"
 
 
 @dataclass(frozen=True)
 class Driver:
-    package: str  # the Debian package, e.g. aipu-dkms
+    package: str  # the Debian package, <name>-dkms
     module: str  # the .ko it builds
     platform_driver: str  # /sys/bus/platform/drivers/<name>
     device_tree_node: str  # added to QEMU's own device tree
     probe_evidence: str  # text in the kernel log once the probe has run
     device_node: str = ""  # a character device the driver creates where it can (/dev/...)
     acpi: bool = False  # boots with the ACPI descriptions of tools/kernel_lab/acpi too
+    initramfs_hook: str = ""  # the initramfs-tools hook the package installs, if any
+    acpi_id: str = ""  # the ACPI hardware id the firmware describes the NPU by
+    # Code compiled in only where the kernel exports what it calls: name -> symbols it imports.
+    optional_code: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # Simulated distribution kernel -> "build", "build with <name>" or the reasons to skip it.
+    distribution_kernels: dict[str, str | tuple[str, ...]] = field(default_factory=dict, hash=False)
 
 
 def driver(package: str) -> Driver:
-    config = load_package(package)
+    return from_config(load_package(package))
+
+
+def from_config(config: Config) -> Driver:
     node = config.device.get("node", "")
     return Driver(
         package=config.name,
@@ -35,9 +46,18 @@ def driver(package: str) -> Driver:
         # Only a fixed node name can be waited for; accel nodes are numbered at probe.
         device_node="" if "*" in node else node,
         acpi=config.lab.acpi,
+        initramfs_hook=next(
+            (
+                board_file.installed_path
+                for board_file in config.board_files
+                if board_file.installed_path.startswith(INITRAMFS_HOOKS)
+            ),
+            "",
+        ),
+        acpi_id=config.acpi_ids[0] if config.acpi_ids else "",
+        optional_code=config.lab.optional_code,
+        distribution_kernels=config.lab.distribution_kernels,
     )
 
 
 DRIVERS = {name: driver(name) for name in package_names()}
-AIPU = DRIVERS["aipu-dkms"]
-ROCKET = DRIVERS["rocket-dkms"]

@@ -1,29 +1,29 @@
-"""The rocket module loaded from a real initramfs: initramfs-tools' own mkinitramfs, with the
-hook rocket-dkms installs, builds the initramfs of an arm64 kernel in the suite's chroot; the
-guest boots the modules, conf/modules and scripts/functions it made, and loads them with
-initramfs-tools' own load_modules, before any root file system.
+"""A driver module loaded from a real initramfs: initramfs-tools' own mkinitramfs, with the
+hook its package installs (a board file under /usr/share/initramfs-tools/hooks/), builds the
+initramfs of an arm64 kernel in the suite's chroot; the guest boots the modules,
+conf/modules and scripts/functions it made, and loads them with initramfs-tools' own
+load_modules, before any root file system.
 
 The chroot is amd64, so the initramfs's programs are amd64: they are replaced by arm64
 busybox, and the rest (what the hooks decided: modules, conf/modules, the shell functions)
 is booted as mkinitramfs wrote it. The same initramfs built without the package's hook is
-the control: rocket must then not load.
+the control: the module must then not load.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.tools import run
+
 from . import qemu
 from .chroot import Chroot
 from .drivers import Driver
-
-HOOK = "/usr/share/initramfs-tools/hooks/rocket-dkms"
 
 INIT = """#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -71,13 +71,14 @@ def _kernel_modules(chroot: Chroot, release: str) -> Iterator[None]:
     """The kernel's own modules at /lib/modules/<release>/kernel, as its package installs them."""
     target = chroot.path(f"/lib/modules/{release}/kernel")
     target.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["mount", "--bind", str(qemu.modules_tree(chroot, release)), str(target)], check=True
+    run(
+        ["mount", "--bind", qemu.modules_tree(chroot, release), target],
+        failure="mounting the kernel's modules in the chroot",
     )
     try:
         yield
     finally:
-        subprocess.run(["umount", "--lazy", str(target)], check=False)
+        run(["umount", "--lazy", target], check=False, failure="unmounting the kernel's modules")
 
 
 def _mkinitramfs(chroot: Chroot, release: str, output: str) -> str:
@@ -106,9 +107,7 @@ def _bootable(unpacked: Path, busybox: Path, driver: Driver, directory: Path) ->
     (root / "init").write_text(INIT.replace("{module}", driver.module), encoding="utf-8")
     (root / "init").chmod(0o755)
     archive = directory / "boot.cpio"
-    subprocess.run(
-        f"cd '{root}' && find . | cpio -o -H newc --quiet > '{archive}'", shell=True, check=True
-    )
+    qemu.cpio(root, archive)
     return archive
 
 
@@ -131,7 +130,7 @@ def boot_from_initramfs(
         tempfile.TemporaryDirectory(prefix="lab-initramfs-") as scratch,
     ):
         chroot.run(f"depmod -a {release}")
-        hook = chroot.path(HOOK)
+        hook = chroot.path(driver.initramfs_hook)
         saved = Path(scratch) / "hook"
         shutil.copy2(hook, saved)
         for with_hook in (True, False):

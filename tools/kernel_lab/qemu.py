@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.tools import require_tool
+from pipeline.tools import require_tool, run
 
 from .chroot import Chroot
-from .drivers import AIPU, Driver
+from .drivers import Driver
 
 ARM64_IMAGE_MAGIC = b"ARMd"  # at offset 0x38 of an arm64 Image
 CYCLES = 20
@@ -31,14 +31,14 @@ KERNEL_FAULTS = re.compile(r"Oops|BUG:|WARNING:|Call trace|Kernel panic|Unable t
 
 
 def init_script(driver: Driver, cycles: int = CYCLES) -> str:
-    module, platform = driver.module, driver.platform_driver
+    module, platform, acpi_id = driver.module, driver.platform_driver, driver.acpi_id or "none"
     return f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 echo "LAB: booted $(uname -r)"
-[ -d /sys/bus/acpi/devices/CIXH4000:00 ] && echo "LAB: acpi device CIXH4000:00 present"
+[ -d /sys/bus/acpi/devices/{acpi_id}:00 ] && echo "LAB: acpi device {acpi_id}:00 present"
 # Coldplug as udev does it: modprobe every device's modalias; only the module's own aliases
 # (from modules.alias, made by depmod) can bring it in, with the kernel modules it needs.
 for alias in /sys/bus/platform/devices/*/modalias; do
@@ -52,7 +52,7 @@ else
 	modprobe -q -a $(cat /lab-dependencies) 2>/dev/null
 fi
 if insmod /{module}.ko; then echo "LAB: insmod ok"; else echo "LAB: insmod failed"; fi
-[ -e /sys/bus/platform/drivers/{platform}/CIXH4000:00 ] && echo "LAB: bound CIXH4000:00"
+[ -e /sys/bus/platform/drivers/{platform}/{acpi_id}:00 ] && echo "LAB: bound {acpi_id}:00"
 [ -d /sys/bus/platform/drivers/{platform} ] && echo "LAB: driver {platform} registered"
 [ -c /dev/{driver.device_node or "none"} ] && echo "LAB: device node present"
 if rmmod {module}; then echo "LAB: rmmod ok"; else echo "LAB: rmmod failed"; fi
@@ -79,9 +79,9 @@ class BootResult:
     kernel: str
     seconds: float
     console: str
+    driver: Driver
     cycles: int = CYCLES
     facts: dict[str, str] = field(default_factory=dict)
-    driver: Driver = AIPU
 
     def marker(self, text: str) -> bool:
         return f"LAB: {text}" in self.console
@@ -142,11 +142,14 @@ def kernel_image(chroot: Chroot, release: str) -> Path:
         target = cache.parent / "lab-images" / f"{release}.Image"
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
-            unpacked = subprocess.run(
-                f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}' '{member}'",
-                shell=True,
+            unpacked = run(
+                [
+                    "sh",
+                    "-c",
+                    f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}' '{member}'",
+                ],
                 check=False,
-                capture_output=True,
+                failure=f"unpacking {debs[-1].name}",
             )
             image = Path(scratch) / member
             if unpacked.returncode == 0 and is_arm64_image(image):
@@ -173,11 +176,9 @@ def busybox(chroot: Chroot) -> Path:
     target = cache.parent / "lab-images" / "busybox.arm64"
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run(
-            f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}'",
-            shell=True,
-            check=True,
-            capture_output=True,
+        run(
+            ["sh", "-c", f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}'"],
+            failure=f"unpacking {debs[-1].name}",
         )
         found = next(
             path
@@ -197,7 +198,8 @@ def initramfs(
     cycles: int = CYCLES,
     acpi_tables: list[Path] = (),
     release: str = "",
-    driver: Driver = AIPU,
+    *,
+    driver: Driver,
     dependencies: list[Path] = (),
 ) -> Path:
     """The guest's initrd: ACPI table upgrades first (an uncompressed cpio the kernel reads
@@ -223,11 +225,11 @@ def initramfs(
         kernel_dir.mkdir(parents=True)
         for dependency in dependencies:
             shutil.copyfile(dependency, kernel_dir / dependency.name)
-        subprocess.run(["depmod", "-b", str(root), release], check=True, capture_output=True)
+        run(["depmod", "-b", root, release], failure="depmod of the guest's modules")
     if foreign_module is not None:
         shutil.copyfile(foreign_module, root / "foreign.ko")
     archive = directory / "initramfs.cpio"
-    _cpio(root, archive)
+    cpio(root, archive)
     if not acpi_tables:
         return archive
     tables = directory / "acpi-tables"
@@ -235,15 +237,17 @@ def initramfs(
     for table in acpi_tables:
         shutil.copyfile(table, tables / "kernel" / "firmware" / "acpi" / table.name)
     combined = directory / "initrd-with-acpi.cpio"
-    _cpio(tables, combined)
+    cpio(tables, combined)
     with combined.open("ab") as out:
         out.write(archive.read_bytes())
     return combined
 
 
-def _cpio(root: Path, archive: Path) -> None:
-    subprocess.run(
-        f"cd '{root}' && find . | cpio -o -H newc --quiet > '{archive}'", shell=True, check=True
+def cpio(root: Path, archive: Path) -> None:
+    """``root`` as a newc cpio archive, what the kernel unpacks as its initramfs."""
+    run(
+        ["sh", "-c", f"cd '{root}' && find . | cpio -o -H newc --quiet > '{archive}'"],
+        failure=f"packing {archive.name}",
     )
 
 
@@ -286,27 +290,24 @@ def _qemu_command(
     return command + extra
 
 
-def device_tree(directory: Path, image: Path, driver: Driver = AIPU) -> Path:
+def device_tree(directory: Path, image: Path, driver: Driver) -> Path:
     """QEMU's own device tree for this machine, with the NPU node added."""
-    require_tool("dtc")
     dumped = directory / "virt.dtb"
-    subprocess.run(
+    run(
         _qemu_command(image, None, None, ["-machine", f"dumpdtb={dumped}"]),
-        check=True,
-        capture_output=True,
+        failure="dumping QEMU's device tree",
     )
-    source = subprocess.run(
-        ["dtc", "-I", "dtb", "-O", "dts", str(dumped)], check=True, capture_output=True, text=True
-    ).stdout
+    dumped_source = run(
+        ["dtc", "-I", "dtb", "-O", "dts", dumped], failure="reading QEMU's device tree"
+    )
+    source = dumped_source.stdout
     end = source.rstrip().rfind("};")
     patched = source[:end] + driver.device_tree_node + source[end:]
     compiled = directory / "virt-npu.dtb"
-    subprocess.run(
-        ["dtc", "-I", "dts", "-O", "dtb", "-o", str(compiled), "-"],
-        input=patched,
-        text=True,
-        check=True,
-        capture_output=True,
+    run(
+        ["dtc", "-I", "dts", "-O", "dtb", "-o", compiled, "-"],
+        input_data=patched,
+        failure="compiling the device tree with the NPU node",
     )
     return compiled
 
@@ -321,7 +322,7 @@ def boot(
     cycles: int = CYCLES,
     acpi_table: Path | None = None,
     timeout: float = 600,
-    driver: Driver = AIPU,
+    driver: Driver,
     dependencies: list[Path] = (),
 ) -> BootResult:
     """Boot with QEMU's device tree plus the NPU node, or, given an SSDT, with UEFI
@@ -340,8 +341,8 @@ def boot(
             cycles,
             tables,
             release,
-            driver,
-            dependencies,
+            driver=driver,
+            dependencies=dependencies,
         )
         if acpi_table is None:
             command = _qemu_command(image, initrd, device_tree(directory, image, driver), [])
@@ -349,7 +350,7 @@ def boot(
             require_tool("iasl")
             command = _qemu_command(image, initrd, None, [], acpi=True)
         console, seconds = _run_guest(command, timeout)
-        return BootResult(release, seconds, console, cycles, driver=driver)
+        return BootResult(release, seconds, console, driver, cycles)
 
 
 def boot_initrd(
@@ -405,9 +406,7 @@ def kernel_module_dependencies(chroot: Chroot, release: str, module: Path) -> li
 
 
 def _depends(module: Path) -> list[str]:
-    result = subprocess.run(
-        ["modinfo", "-F", "depends", str(module)], capture_output=True, text=True, check=True
-    )
+    result = run(["modinfo", "-F", "depends", module], failure=f"modinfo {module.name}")
     return [name for name in result.stdout.strip().split(",") if name]
 
 
@@ -420,7 +419,7 @@ def _uncompressed(path: Path, directory: Path) -> Path:
         else:
             tool = {".xz": "xz", ".zst": "zstd", ".gz": "gzip"}[path.suffix]
             with target.open("wb") as out:
-                subprocess.run([tool, "-dc", str(path)], stdout=out, check=True)
+                run([tool, "-dc", path], output=out, text=False, failure=f"unpacking {path.name}")
     return target
 
 
@@ -440,12 +439,15 @@ def modules_tree(chroot: Chroot, release: str) -> Path:
         if not debs:
             continue
         with tempfile.TemporaryDirectory(dir=cache.parent) as scratch:
-            subprocess.run(
-                f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}' "
-                "--wildcards '*/modules/*/kernel/*'",
-                shell=True,
+            run(
+                [
+                    "sh",
+                    "-c",
+                    f"dpkg-deb --fsys-tarfile '{debs[-1]}' | tar -x -C '{scratch}' "
+                    "--wildcards '*/modules/*/kernel/*'",
+                ],
                 check=False,
-                capture_output=True,
+                failure=f"unpacking {debs[-1].name}",
             )
             kernels = [
                 path

@@ -15,8 +15,6 @@ from pathlib import Path
 from .chroot import Chroot
 from .kernels import Kernel
 
-MODULE = "aipu"
-
 
 @dataclass
 class Step:
@@ -48,19 +46,19 @@ def purge(chroot: Chroot, package: str) -> Step:
     return _timed(chroot, "purge", f"apt-get purge -y -q {package}")
 
 
-def dkms_status(chroot: Chroot, module: str = MODULE) -> dict[str, str]:
+def dkms_status(chroot: Chroot, module: str) -> dict[str, str]:
     """kernel release -> state ('installed', 'built', ...) of the module in dkms."""
     output = chroot.run(f"dkms status -m {module}", check=False).stdout
     states = {}
     for line in output.splitlines():
-        # "aipu/5.11.0+git..., 6.12.117+deb13-arm64, x86_64: installed"
+        # "<module>/<version>, 6.12.117+deb13-arm64, x86_64: installed"
         match = re.match(rf"^{module}/[^,]+, ([^,]+), [^:]+: (\w+)", line.strip())
         if match:
             states[match[1]] = match[2]
     return states
 
 
-def installed_modules(chroot: Chroot, kernel: Kernel, module: str = MODULE) -> list[str]:
+def installed_modules(chroot: Chroot, kernel: Kernel, module: str) -> list[str]:
     directory = chroot.path(f"/lib/modules/{kernel.release}")
     return (
         sorted(
@@ -80,7 +78,7 @@ def modinfo(chroot: Chroot, module_path: str) -> dict[str, str]:
     return info
 
 
-def leftovers(chroot: Chroot, module: str = MODULE) -> list[str]:
+def leftovers(chroot: Chroot, module: str) -> list[str]:
     """Files a purge must not leave behind: built modules, sources, the DKMS tree."""
     found = [
         "/" + str(path.relative_to(chroot.root))

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from . import schema
+from . import identity, schema
 from .errors import BuildError, ExitCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +23,6 @@ PATCHES_ROOT = REPO_ROOT / "patches"  # <package>/: a quilt series
 PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>/ and npuctl's
 DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
 METAINFO_TEMPLATE = REPO_ROOT / "debian" / "dkms-metainfo.xml.j2"  # its AppStream metadata
-DEFAULT_PACKAGE = "aipu-dkms"
-DEFAULT_CONFIG = DKMS_DIR / f"{DEFAULT_PACKAGE}.yaml"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PACKAGE_SCHEMA = DKMS_DIR / "package.schema.json"  # what a description may hold
 
@@ -99,6 +97,12 @@ class Lab:
     device_tree_node: str  # added to QEMU's own device tree
     probe_evidence: str  # text in the kernel log once the probe has run
     acpi: bool  # boots with the ACPI descriptions of tools/kernel_lab/acpi too
+    # Code compiled in only where the kernel exports what it calls: name -> the symbols a
+    # module built with it imports.
+    optional_code: dict[str, tuple[str, ...]]
+    # Simulated distribution kernel -> "build", "build with <optional code>" or the reasons
+    # DKMS skips it.
+    distribution_kernels: dict[str, str | tuple[str, ...]]
 
 
 def _web(repository: str) -> str:
@@ -111,6 +115,8 @@ class Config:
     module: str
     platform_driver: str  # /sys/bus/platform/drivers/<name>
     npuctl_platform: str  # npuctl's platform package for this NPU
+    # How npuctl's package descriptions name this NPU: {npu, board, models}.
+    npuctl_description: dict[str, object]
     upstream_version: str
     debian_revision: str
     maintainer: str
@@ -146,7 +152,8 @@ class Config:
 
     @property
     def patches_dir(self) -> Path:
-        return PATCHES_ROOT / self.name
+        """patches/<package>/ of the tree the description is in."""
+        return self.directory.parent / PATCHES_ROOT.name / self.name
 
     @property
     def takes_over(self) -> tuple[str, ...]:
@@ -166,7 +173,7 @@ class Config:
     @property
     def appstream_id(self) -> str:
         """The AppStream component id; the metainfo file must be named after it."""
-        return f"io.github.aipu_dkms.{self.module}"
+        return f"{identity.APPSTREAM_PREFIX}.{self.module}"
 
     @property
     def version(self) -> str:
@@ -299,15 +306,17 @@ def _upstream(data: dict[str, Any]) -> Upstream:
 
 
 def _board_file(package: str, item: dict[str, Any], path: Path) -> BoardFile:
-    source = PROVISION_DIR / package / str(item["file"])
+    """provision/<package>/ of the tree the description is in."""
+    tree = path.resolve().parent.parent
+    source = tree / PROVISION_DIR.name / package / str(item["file"])
     if not source.is_file():
         raise BuildError(
-            f"{path}: board file {source.relative_to(REPO_ROOT)} does not exist", ExitCode.USAGE
+            f"{path}: board file {source.relative_to(tree)} does not exist", ExitCode.USAGE
         )
     return BoardFile(source, str(item["to"]).strip("/"))
 
 
-def load_config(path: Path = DEFAULT_CONFIG) -> Config:
+def load_config(path: Path) -> Config:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -328,6 +337,7 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
         module=text("package.module"),
         platform_driver=text("package.platform_driver"),
         npuctl_platform=text("package.npuctl_platform"),
+        npuctl_description=dict(data["package"]["npuctl_description"]),
         upstream_version=text("package.upstream_version"),
         debian_revision=text("package.debian_revision"),
         maintainer=text("package.maintainer"),
@@ -357,6 +367,13 @@ def load_config(path: Path = DEFAULT_CONFIG) -> Config:
             device_tree_node=text("lab.device_tree_node"),
             probe_evidence=text("lab.probe_evidence"),
             acpi=bool(lab.get("acpi", False)),
+            optional_code={
+                name: tuple(symbols) for name, symbols in lab.get("optional_code", {}).items()
+            },
+            distribution_kernels={
+                name: expected if isinstance(expected, str) else tuple(expected)
+                for name, expected in lab.get("distribution_kernels", {}).items()
+            },
         ),
         appstream=dict(data["appstream"]),
         directory=path.resolve().parent,

@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from . import identity
 from .config import Config
 from .errors import BuildError, ExitCode
 from .tools import run
@@ -39,11 +40,11 @@ _NEUTRAL_GIT_ENV = {
 
 
 def cache_root() -> Path:
-    explicit = os.environ.get("AIPU_CACHE")
+    explicit = os.environ.get(identity.CACHE_VARIABLE)
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "aipu-dkms"
+    return Path(xdg) / identity.NAME
 
 
 def cached_tree(config: Config) -> Path:
@@ -56,7 +57,7 @@ def _git_env() -> dict[str, str]:
 
 def git_tree_id(directory: Path) -> str:
     """The git tree id of a directory's content, as ``git write-tree`` would record it."""
-    with tempfile.TemporaryDirectory(prefix="aipu-treeid-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="treeid-") as scratch:
         run(
             ["git", "init", "-q", "--bare", scratch],
             env=_git_env(),

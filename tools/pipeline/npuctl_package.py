@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 from .atomic import replaced_directory
-from .config import REPO_ROOT, Config, package_names
+from .config import REPO_ROOT, Config, load_package, package_names
 from .npuctl_drivers import check as check_drivers_data
 from .package import dpkg_buildpackage
 from .render import render_tree
@@ -39,31 +39,37 @@ def _context(config: Config, version: str) -> dict[str, object]:
         "distribution": config.changelog_distribution,
         # The board's NPU driver, whichever family: every driver package of dkms/.
         "driver_packages": package_names(),
-        "descriptions": {
-            "npuctl": (
-                "npuctl proves that the NPU of an ARM board really computes, and says what is "
-                "wrong when it does not: the ArmChina Zhouyi V3 of the Orange Pi 6 Plus (CIX "
-                "CD8180, aipu-dkms and CIX's libnoe) and the Rockchip RK3588 of the Orange Pi "
-                "5 Plus (rocket-dkms and Mesa's Teflon delegate). npuctl doctor checks the "
-                "whole stack with a fix under every finding; npuctl run and bench run and time "
-                "CLIP, YOLOv8n and MobileNet on the NPU; npuctl models downloads and verifies "
-                "the models it knows by name; npuctl provision finishes the board set-up; "
-                "npuctl cdi and k8s bring the NPU to containers and K3s nodes."
-            ),
-            "serve": (
-                "npuctl serve answers inference requests on the NPU of the Orange Pi 6 Plus "
-                "(Zhouyi) or the Orange Pi 5 Plus (RK3588) over HTTP and a unix socket: "
-                "OpenAI-compatible embeddings, Prometheus metrics, systemd readiness and "
-                "watchdog. It comes with a hardened systemd unit, npuctl-serve.service, "
-                "installed but not enabled."
-            ),
-            "watch": (
-                "npuctl watch samples this machine's metrics (CPU, memory, load, disks), "
-                "turns them into text, embeds it on the NPU of the Orange Pi 6 Plus or the "
-                "Orange Pi 5 Plus (in-process or through npuctl serve) and reports samples "
-                "unlike the recent ones."
-            ),
-        },
+        "descriptions": _descriptions(),
+    }
+
+
+def _descriptions() -> dict[str, str]:
+    """The packages' descriptions, naming each NPU as its driver's description does."""
+    named = [load_package(name).npuctl_description for name in package_names()]
+    npus = " and ".join(str(entry["npu"]) for entry in named)
+    boards = " or ".join(str(entry["board"]) for entry in named)
+    models = [str(model) for entry in named for model in entry["models"]]
+    listed = ", ".join(models[:-1]) + f" and {models[-1]}" if len(models) > 1 else models[0]
+    return {
+        "npuctl": (
+            "npuctl proves that the NPU of an ARM board really computes, and says what is "
+            f"wrong when it does not: {npus}. npuctl doctor checks the whole stack with a fix "
+            f"under every finding; npuctl run and bench run and time {listed} on the NPU; "
+            "npuctl models downloads and verifies the models it knows by name; npuctl "
+            "provision finishes the board set-up; npuctl cdi and k8s bring the NPU to "
+            "containers and K3s nodes."
+        ),
+        "serve": (
+            f"npuctl serve answers inference requests on the NPU of {boards} over HTTP and a "
+            "unix socket: OpenAI-compatible embeddings, Prometheus metrics, systemd readiness "
+            "and watchdog. It comes with a hardened systemd unit, npuctl-serve.service, "
+            "installed but not enabled."
+        ),
+        "watch": (
+            "npuctl watch samples this machine's metrics (CPU, memory, load, disks), turns "
+            "them into text, embeds it, in-process or through npuctl serve, on the NPU of "
+            f"{boards}, and reports samples unlike the recent ones."
+        ),
     }
 
 

@@ -12,6 +12,7 @@ import jinja2
 
 from .atomic import write_atomically
 from .config import DKMS_DIR, Config
+from .errors import BuildError, ExitCode
 
 DKMS_TEMPLATE = DKMS_DIR / "dkms.conf.j2"
 TEMPLATE_SUFFIX = ".j2"
@@ -50,7 +51,7 @@ def template_context(config: Config, upstream_tree: Path | None = None) -> dict[
         "install": list(config.install),
         "make_arguments": config.make_arguments,
         "device": config.device,
-        "upstream_copyrights": upstream_copyrights(upstream_tree) if upstream_tree else [],
+        "upstream_copyrights": _holders(config, upstream_tree) if upstream_tree else [],
         "patches": _series_summaries(config.patches_dir),
     }
     context["description"] = render_string(config.description, context)
@@ -61,6 +62,17 @@ def template_context(config: Config, upstream_tree: Path | None = None) -> dict[
 def render_string(template: str, context: dict[str, Any]) -> str:
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
     return environment.from_string(template).render(context)
+
+
+def _holders(config: Config, tree: Path) -> list[str]:
+    found = upstream_copyrights(tree)
+    if not found:
+        raise BuildError(
+            f"{config.name}: no 'Copyright <years> <holder>' notice in the upstream sources; "
+            "debian/copyright names the holders from them",
+            ExitCode.INPUT,
+        )
+    return found
 
 
 def upstream_copyrights(tree: Path) -> list[str]:

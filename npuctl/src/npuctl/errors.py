@@ -39,12 +39,13 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     ),
     (
         4,
-        "model file missing, invalid, a Git LFS pointer, wrong tensors, or crashing libnoe; "
+        "model file missing, invalid, a Git LFS pointer, wrong tensors, or crashing the NPU's "
+        "library; "
         "a model directory you may not write to; models verify found nothing to verify",
     ),
     (
         5,
-        "libnoe missing or unloadable, NPU context, inference error or timeout, a child "
+        "the NPU's library missing or unloadable, NPU context, inference error or timeout, a child "
         "process that could not be started",
     ),
     (6, "download: network, size or checksum"),

@@ -1,5 +1,6 @@
-"""The NPU families npuctl supports, one package each under npuctl/platforms/: found here
-by name (imported when asked for, so nothing shared imports a family)."""
+"""The NPU families npuctl supports, one package each under npuctl/platforms/: named by the
+driver descriptions (drivers.json, from dkms/<package>.yaml's npuctl_platform) and imported
+when asked for, so nothing shared imports or names a family."""
 
 from __future__ import annotations
 
@@ -8,24 +9,30 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .drivers import all_drivers
 from .errors import ExitCode, NpuctlError
 from .platform import Platform
 
 if TYPE_CHECKING:
     from .system import System
 
-PACKAGES = ("zhouyi", "rocket")
+
+def platform_names() -> tuple[str, ...]:
+    """Every family a driver package serves, in the order of the drivers' descriptions."""
+    return tuple(dict.fromkeys(driver.platform for driver in all_drivers()))
 
 
 def all_platforms() -> list[Platform]:
-    return [importlib.import_module(f"npuctl.platforms.{name}").PLATFORM for name in PACKAGES]
+    return [
+        importlib.import_module(f"npuctl.platforms.{name}").PLATFORM for name in platform_names()
+    ]
 
 
 def by_name(name: str) -> Platform:
     for platform in all_platforms():
         if platform.name == name:
             return platform
-    known = ", ".join(PACKAGES)
+    known = ", ".join(platform_names())
     raise NpuctlError(f"unknown platform {name!r}; known: {known}", ExitCode.USAGE)
 
 

@@ -9,8 +9,9 @@ import sys
 import click
 
 from . import __version__
-from .cli import COMMANDS, PARTS, cli
+from .cli import PARTS, cli
 from .errors import EXIT_CODES
+from .families import all_platforms
 
 
 def _roff(text: str) -> str:
@@ -71,7 +72,7 @@ def render() -> str:
         *_options(cli, root),
         ".SH COMMANDS",
     ]
-    for name in COMMANDS:
+    for name in cli.list_commands(root):
         section = _command(name, cli.get_command(root, name), root)
         if name in PARTS:  # after the heading and the synopsis
             section[2:2] = [".PP", _roff(f"Installed by the {PARTS[name].package} package.")]
@@ -81,13 +82,24 @@ def render() -> str:
         lines += [".TP", f"\\fB{code}\\fR", _roff(meaning)]
     lines.append(".SH ENVIRONMENT")
     for variable, meaning in (
-        ("NPUCTL_LIBNOE", "libnoe.so to use (as --library)."),
+        *_platform_variables(),
         ("NPUCTL_MODELS", "the model directory (as --models-dir)."),
         ("NPUCTL_MAX_IMAGE_PIXELS", "as --max-image-pixels."),
         ("NPUCTL_DEBUG", "show the traceback of an internal error, and library warnings."),
     ):
         lines += [".TP", f"\\fB{variable}\\fR", _roff(meaning)]
     return "\n".join(lines) + "\n"
+
+
+def _platform_variables() -> list[tuple[str, str]]:
+    """The variables the families' own global options read, as their --help says."""
+    found = []
+    for platform in all_platforms():
+        for decorate in platform.global_options:
+            option = decorate(click.Command("probe")).params[0]
+            if isinstance(option, click.Option) and isinstance(option.envvar, str):
+                found.append((option.envvar, f"as {option.opts[0]}: {option.help}"))
+    return found
 
 
 if __name__ == "__main__":

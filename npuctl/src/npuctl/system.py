@@ -125,7 +125,7 @@ class System:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise NpuctlError(
                 f"{table} is not an inode table ({type(error).__name__}: {error}); fix it or "
-                'remove it (format: {"/dev/aipu": {"type": "char", "mode": "0660", "uid": 0, '
+                'remove it (format: {"/dev/npu0": {"type": "char", "mode": "0660", "uid": 0, '
                 '"gid": 109, "rdev": "10:123"}})',
                 ExitCode.USAGE,
             ) from None

@@ -37,8 +37,6 @@ def labels(report: Report) -> dict[str, str]:
         found["library-version"] = label_value(versions.get("umd", ""))
     if facts.get("dkms_version") and "driver-version" not in found:
         found["driver-version"] = label_value(str(facts["dkms_version"]).split("+")[0])
-    if facts.get("teflon"):
-        found["library-version"] = label_value(facts["teflon"])
     for finding in report.findings:
         if finding.id.startswith("models.") and finding.id.count(".") == 1:
             model = finding.id.split(".", 1)[1]

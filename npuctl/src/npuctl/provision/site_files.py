@@ -1,6 +1,7 @@
 """The files 'npuctl provision' installs: the project's provision/npuctl folder, shipped in
-npuctl as provision/files. files.yaml says which action installs which file where; an action
-writes exactly these files and --undo removes exactly these."""
+npuctl as provision/files, for the actions every family shares, and each family's own
+site-files/ folder. Each folder's files.yaml says which action installs which file where; an
+action writes exactly these files and --undo removes exactly these."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 import yaml
 
@@ -19,20 +21,36 @@ FOLDER = files(__package__).joinpath("files")
 
 @dataclass(frozen=True)
 class SiteFile:
-    source: str  # relative to provision/npuctl
+    folder: Traversable  # provision/npuctl, or a family's site-files
+    source: str  # relative to the folder
     destination: str  # absolute, on the board
 
     def text(self) -> str:
-        return FOLDER.joinpath(self.source).read_text(encoding="utf-8")
+        return self.folder.joinpath(self.source).read_text(encoding="utf-8")
+
+
+def folders() -> list[Traversable]:
+    """The shared folder, then each family's own."""
+    from ..families import all_platforms
+
+    found = [FOLDER]
+    for platform in all_platforms():
+        own = files(platform.package).joinpath("site-files")
+        if own.joinpath("files.yaml").is_file():
+            found.append(own)
+    return found
 
 
 @cache
 def _table() -> dict[str, tuple[SiteFile, ...]]:
-    document = yaml.safe_load(FOLDER.joinpath("files.yaml").read_text(encoding="utf-8"))
-    return {
-        action: tuple(SiteFile(str(item["file"]), str(item["to"])) for item in entries)
-        for action, entries in document.items()
-    }
+    table: dict[str, tuple[SiteFile, ...]] = {}
+    for folder in folders():
+        document = yaml.safe_load(folder.joinpath("files.yaml").read_text(encoding="utf-8"))
+        for action, entries in document.items():
+            table[action] = tuple(
+                SiteFile(folder, str(item["file"]), str(item["to"])) for item in entries
+            )
+    return table
 
 
 def for_action(name: str) -> tuple[SiteFile, ...]:
@@ -59,7 +77,7 @@ def file_action(
     is_done: Callable[[], bool] | None = None,
     commands: tuple[str, ...] = (),
 ) -> Action:
-    """An action that installs its files from provision/npuctl and removes them on --undo."""
+    """An action that installs its files (files.yaml's) and removes them on --undo."""
     site_files = for_action(name)
 
     def apply() -> None:
