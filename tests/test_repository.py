@@ -179,6 +179,25 @@ def test_an_older_version_is_refused_and_the_published_repository_kept(dist, pub
     assert not [p for p in site.iterdir() if p.name.startswith(".repo")]
 
 
+def _publisher(chroot):
+    def publish(name: str, repo: Path) -> None:
+        shutil.rmtree(chroot.path(f"/srv/{name}"), ignore_errors=True)
+        shutil.copytree(repo, chroot.path(f"/srv/{name}"))
+
+    return publish
+
+
+def _sources(chroot):
+    def sources(name: str, keyring: str) -> None:
+        chroot.path("/etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
+        chroot.path(f"/etc/apt/sources.list.d/{name}.sources").write_text(
+            f"Types: deb\nURIs: file:/srv/{name}\nSuites: trixie\nComponents: main\n"
+            f"Signed-By: {keyring}\n"
+        )
+
+    return sources
+
+
 @pytest.mark.chroot
 def test_apt_installs_upgrades_and_refuses_what_it_must(dist, config, upstream_tree, tmp_path):
     """In a trixie chroot with arm64 headers: install from the repository, upgrade to N+1,
@@ -200,16 +219,7 @@ def test_apt_installs_upgrades_and_refuses_what_it_must(dist, config, upstream_t
         kernel = kernels.resolve(chroot)
         kernels.install(chroot, kernel)
 
-        def publish(name: str, repo: Path) -> None:
-            shutil.rmtree(chroot.path(f"/srv/{name}"), ignore_errors=True)
-            shutil.copytree(repo, chroot.path(f"/srv/{name}"))
-
-        def sources(name: str, keyring: str) -> None:
-            chroot.path("/etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
-            chroot.path(f"/etc/apt/sources.list.d/{name}.sources").write_text(
-                f"Types: deb\nURIs: file:/srv/{name}\nSuites: trixie\nComponents: main\n"
-                f"Signed-By: {keyring}\n"
-            )
+        publish, sources = _publisher(chroot), _sources(chroot)
 
         publish("aipu", site / "repo")
         chroot.copy_in(site / "repo" / KEYRING_FILE, f"/usr/share/keyrings/{KEYRING_FILE}")

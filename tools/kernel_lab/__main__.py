@@ -20,13 +20,15 @@ from .matrix import Packages, format_table, report_ok, run_matrix, write_report
 from .suites import PLANS, SUITES
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernel-lab")
     commands = parser.add_subparsers(dest="command", required=True)
     matrix = commands.add_parser("matrix", help="run the kernel matrix")
     matrix.add_argument("--suites", default=",".join(PLANS), help="comma-separated suites")
     matrix.add_argument(
-        "--packages", default="aipu-dkms", help="comma-separated driver packages (first: lead)"
+        "--packages",
+        default=",".join(DRIVERS),
+        help="comma-separated driver packages (first: lead; default: every package of dkms/)",
     )
     matrix.add_argument("--dist", type=Path, required=True, help="where version N's debs are")
     matrix.add_argument("--next-dist", type=Path, required=True, help="version N+1's debs")
@@ -55,20 +57,35 @@ def main(argv: list[str] | None = None) -> int:
         "--previous", type=Path, action="append", default=[], help="a version N deb (repeat)"
     )
     piu.add_argument("debs", type=Path, nargs="+")
-    args = parser.parse_args(argv)
-    if args.command == "piuparts":
-        result = piuparts.run(SUITES[args.suite].release, args.debs, args.log, args.previous)
-        ok = result.ok and (result.upgraded or not args.previous)
-        tests = "install, upgrade, purge" if result.upgraded else "install, purge"
-        verdict = "passed" if ok else "FAILED"
-        print(f"piuparts {verdict} in {args.suite} ({tests}; exit {result.returncode})")
-        print(f"log: {args.log}")
-        return 0 if ok else 1
-    if args.command == "lint":
-        return lint_command(args)
-    if args.command == "autopkgtest":
-        return autopkgtest_command(args)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = {
+        "piuparts": piuparts_command,
+        "lint": lint_command,
+        "autopkgtest": autopkgtest_command,
+        "matrix": matrix_command,
+    }[args.command]
+    return command(args)
+
+
+def piuparts_command(args: argparse.Namespace) -> int:
+    try:
+        result = piuparts.run(SUITES[args.suite].release, args.debs, args.log, args.previous)
+    except BuildError as error:
+        print(f"kernel-lab: error: {error}", file=sys.stderr)
+        return int(error.code)
+    ok = result.ok and (result.upgraded or not args.previous)
+    tests = "install, upgrade, purge" if result.upgraded else "install, purge"
+    verdict = "passed" if ok else "FAILED"
+    print(f"piuparts {verdict} in {args.suite} ({tests}; exit {result.returncode})")
+    print(f"log: {args.log}")
+    return 0 if ok else 1
+
+
+def matrix_command(args: argparse.Namespace) -> int:
     names = [name for name in args.suites.split(",") if name]
     unknown = [name for name in names if name not in PLANS]
     if unknown:

@@ -5,17 +5,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from . import fetch
-from .config import DEFAULT_PACKAGE, config_path, load_config, package_names
+from .config import Config, config_path, load_config, package_names
 from .errors import BuildError, ExitCode
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pipeline", description=__doc__)
     parser.add_argument(
-        "--package", default=DEFAULT_PACKAGE, help="the driver package (a dkms/<name>.yaml)"
+        "--package",
+        default=package_names()[0],
+        help="the driver package (a dkms/<name>.yaml; default: the first by name)",
     )
     parser.add_argument(
         "--config", type=Path, help="a driver description, dkms/<name>.yaml (not --package)"
@@ -72,95 +75,146 @@ def _fetch(config_path: Path) -> Path:
     )
 
 
+def _packages(args: argparse.Namespace) -> int:
+    print("\n".join(package_names()))
+    return ExitCode.OK
+
+
+def _npuctl_drivers(args: argparse.Namespace) -> int:
+    from . import npuctl_drivers
+
+    if args.check:
+        npuctl_drivers.check()
+    else:
+        print(npuctl_drivers.write())
+    return ExitCode.OK
+
+
+def _described(args: argparse.Namespace) -> Config:
+    """The package the command is about, at --version-suffix's version where it has one."""
+    config = load_config(args.config)
+    suffix = getattr(args, "version_suffix", None)
+    return config.with_local_suffix(suffix) if suffix else config
+
+
+def _fetch_command(args: argparse.Namespace) -> int:
+    print(_fetch(args.config))
+    return ExitCode.OK
+
+
+def _upstream_path(args: argparse.Namespace) -> int:
+    tree = fetch.find_upstream(_described(args))
+    if tree is None:
+        print("upstream tree not in the cache: run 'make fetch'", file=sys.stderr)
+        return ExitCode.UPSTREAM
+    print(tree)
+    return ExitCode.OK
+
+
+def _repo(args: argparse.Namespace) -> int:
+    from .repository import KEYRING_FILE, build_repository
+
+    key = build_repository(
+        args.dist.resolve(),
+        args.repo.resolve(),
+        args.work.resolve(),
+        key_file=args.key,
+        gnupg_home=args.gnupg_home,
+    )
+    if key.throwaway:
+        print(
+            "pipeline: WARNING: signed with a THROWAWAY key made for testing "
+            f"({key.fingerprint}); publish only with --key or --gnupg-home",
+            file=sys.stderr,
+        )
+    print(f"{args.repo} signed by {key.fingerprint}; keyring: {args.repo}/{KEYRING_FILE}")
+    return ExitCode.OK
+
+
+def _test_suite(args: argparse.Namespace) -> int:
+    print(_described(args).kernel_test_suite)
+    return ExitCode.OK
+
+
+def _version(args: argparse.Namespace) -> int:
+    config = _described(args)
+    print(config.version if args.upstream else config.debian_version)
+    return ExitCode.OK
+
+
+def _patch(args: argparse.Namespace) -> int:
+    from .patching import patched_copy
+
+    config = _described(args)
+    print(patched_copy(_fetch(args.config), args.destination, config.patches_dir))
+    return ExitCode.OK
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .render import write_dkms_conf
+
+    write_dkms_conf(_described(args), args.destination)
+    return ExitCode.OK
+
+
+def _source_tree(args: argparse.Namespace) -> int:
+    from .package import source_tree
+
+    print(source_tree(_described(args), _fetch(args.config), args.build_dir))
+    return ExitCode.OK
+
+
+def _npuctl_deb(args: argparse.Namespace) -> int:
+    from .npuctl_package import build_npuctl_package
+
+    lintian = not args.no_lintian
+    for artifact in build_npuctl_package(
+        _described(args), args.build_dir, args.dist, lintian=lintian
+    ):
+        print(artifact)
+    return ExitCode.OK
+
+
+def _deb(args: argparse.Namespace) -> int:
+    from .package import build_packages
+
+    config = _described(args)
+    lintian = not args.no_lintian
+    upstream = _fetch(args.config)
+    for artifact in build_packages(config, upstream, args.build_dir, args.dist, lintian=lintian):
+        print(artifact)
+    return ExitCode.OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "packages": _packages,
+    "npuctl-drivers": _npuctl_drivers,
+    "fetch": _fetch_command,
+    "upstream-path": _upstream_path,
+    "repo": _repo,
+    "test-suite": _test_suite,
+    "version": _version,
+    "patch": _patch,
+    "render": _render,
+    "source-tree": _source_tree,
+    "npuctl-deb": _npuctl_deb,
+    "deb": _deb,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "packages":
-            print("\n".join(package_names()))
-            return ExitCode.OK
-        if args.command == "npuctl-drivers":
-            from . import npuctl_drivers
-
-            if args.check:
-                npuctl_drivers.check()
-            else:
-                print(npuctl_drivers.write())
-            return ExitCode.OK
-        if args.config is None:
-            args.config = config_path(args.package)
-        config = load_config(args.config)
-        if args.command == "fetch":
-            print(_fetch(args.config))
-        elif args.command == "upstream-path":
-            tree = fetch.find_upstream(config)
-            if tree is None:
-                print("upstream tree not in the cache: run 'make fetch'", file=sys.stderr)
-                return ExitCode.UPSTREAM
-            print(tree)
-        elif args.command == "repo":
-            from .repository import KEYRING_FILE, build_repository
-
-            key = build_repository(
-                args.dist.resolve(),
-                args.repo.resolve(),
-                args.work.resolve(),
-                key_file=args.key,
-                gnupg_home=args.gnupg_home,
-            )
-            if key.throwaway:
-                print(
-                    "pipeline: WARNING: signed with a THROWAWAY key made for testing "
-                    f"({key.fingerprint}); publish only with --key or --gnupg-home",
-                    file=sys.stderr,
-                )
-            print(f"{args.repo} signed by {key.fingerprint}; keyring: {args.repo}/{KEYRING_FILE}")
-        elif args.command == "test-suite":
-            print(config.kernel_test_suite)
-        elif args.command == "version":
-            print(config.version if args.upstream else config.debian_version)
-        elif args.command == "patch":
-            from .patching import patched_copy
-
-            print(patched_copy(_fetch(args.config), args.destination, config.patches_dir))
-        elif args.command == "render":
-            from .render import write_dkms_conf
-
-            write_dkms_conf(config, args.destination)
-        elif args.command == "source-tree":
-            from .package import source_tree
-
-            if args.version_suffix:
-                config = config.with_local_suffix(args.version_suffix)
-            print(source_tree(config, _fetch(args.config), args.build_dir))
-        elif args.command == "npuctl-deb":
-            from .npuctl_package import build_npuctl_package
-
-            if args.version_suffix:
-                config = config.with_local_suffix(args.version_suffix)
-            for artifact in build_npuctl_package(
-                config, args.build_dir, args.dist, lintian=not args.no_lintian
-            ):
-                print(artifact)
-        elif args.command == "deb":
-            from .package import build_packages
-
-            if args.version_suffix:
-                config = config.with_local_suffix(args.version_suffix)
-            for artifact in build_packages(
-                config,
-                _fetch(args.config),
-                args.build_dir,
-                args.dist,
-                lintian=not args.no_lintian,
-            ):
-                print(artifact)
+        if args.command not in ("packages", "npuctl-drivers"):
+            args.config = args.config or config_path(args.package)
+            load_config(args.config)  # a broken description is the first thing said
+        return COMMANDS[args.command](args)
     except BuildError as error:
         print(f"pipeline: error: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
         print("pipeline: interrupted", file=sys.stderr)
         return 130
-    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -93,69 +93,35 @@ def classifier(
         weights = rng.standard_normal((classes, features)).astype(np.float32)
         bias = rng.standard_normal(classes).astype(np.float32)
         tensor_type = bias_type = TensorType.TensorType.FLOAT32
-    builder = flatbuffers.Builder(4096)
-    offsets = builder.PrependUOffsetTRelative
-
-    buffers = []
-    for data in (b"", weights.tobytes(), bias.tobytes(), b"", b""):
-        vector = builder.CreateByteVector(data) if data else None
-        Buffer.Start(builder)
-        if vector is not None:
-            Buffer.AddData(builder, vector)
-        buffers.append(Buffer.End(builder))
-
     input_shape = [1, size, size, 3] if image_input else [1, features]
-    specs = [  # name, shape, type, buffer, (scale, zero point)
-        ("image" if image_input else "features", input_shape, tensor_type, 3, (1 / 128, 128)),
-        ("weights", [classes, features], tensor_type, 1, (1 / 256, 128)),
-        ("bias", [classes], bias_type, 2, (1 / 128 / 256, 0)),
-        ("scores", [1, classes], tensor_type, 4, (0.5, 128)),
+
+    def quantization(scale: float, zero_point: int) -> tuple[float, int] | None:
+        return (scale, zero_point) if quantized else None
+
+    tensors = [
+        TensorDef(
+            "image" if image_input else "features",
+            input_shape,
+            tensor_type,
+            quantization=quantization(1 / 128, 128),
+        ),
+        TensorDef(
+            "weights",
+            [classes, features],
+            tensor_type,
+            weights.tobytes(),
+            quantization(1 / 256, 128),
+        ),
+        TensorDef("bias", [classes], bias_type, bias.tobytes(), quantization(1 / 128 / 256, 0)),
+        TensorDef("scores", [1, classes], tensor_type, quantization=quantization(0.5, 128)),
     ]
-    tensors = []
-    for name, shape, kind, buffer, (scale, zero_point) in specs:
-        name_offset = builder.CreateString(name)
-        shape_offset = _vector(builder, Tensor.StartShapeVector, shape, builder.PrependInt32)
-        quantization = _quantization(builder, scale, zero_point) if quantized else None
-        Tensor.Start(builder)
-        Tensor.AddShape(builder, shape_offset)
-        Tensor.AddType(builder, kind)
-        Tensor.AddBuffer(builder, buffer)
-        Tensor.AddName(builder, name_offset)
-        if quantization is not None:
-            Tensor.AddQuantization(builder, quantization)
-        tensors.append(Tensor.End(builder))
-
-    FullyConnectedOptions.Start(builder)
-    options = FullyConnectedOptions.End(builder)
-    op_inputs = _vector(builder, Operator.StartInputsVector, [0, 1, 2], builder.PrependInt32)
-    op_outputs = _vector(builder, Operator.StartOutputsVector, [3], builder.PrependInt32)
-    Operator.Start(builder)
-    Operator.AddOpcodeIndex(builder, 0)
-    Operator.AddInputs(builder, op_inputs)
-    Operator.AddOutputs(builder, op_outputs)
-    Operator.AddBuiltinOptionsType(builder, BuiltinOptions.BuiltinOptions.FullyConnectedOptions)
-    Operator.AddBuiltinOptions(builder, options)
-    operator = Operator.End(builder)
-
-    tensor_vector = _vector(builder, SubGraph.StartTensorsVector, tensors, offsets)
-    graph_inputs = _vector(builder, SubGraph.StartInputsVector, [0], builder.PrependInt32)
-    graph_outputs = _vector(builder, SubGraph.StartOutputsVector, [3], builder.PrependInt32)
-    operators = _vector(builder, SubGraph.StartOperatorsVector, [operator], offsets)
-    SubGraph.Start(builder)
-    SubGraph.AddTensors(builder, tensor_vector)
-    SubGraph.AddInputs(builder, graph_inputs)
-    SubGraph.AddOutputs(builder, graph_outputs)
-    SubGraph.AddOperators(builder, operators)
-    subgraph = SubGraph.End(builder)
-
-    fully_connected = BuiltinOperator.BuiltinOperator.FULLY_CONNECTED
-    OperatorCode.Start(builder)
-    OperatorCode.AddDeprecatedBuiltinCode(builder, fully_connected)
-    OperatorCode.AddBuiltinCode(builder, fully_connected)
-    OperatorCode.AddVersion(builder, 1)
-    code = OperatorCode.End(builder)
-
-    return _write_model(builder, offsets, [code], subgraph, buffers, "npuctl test classifier", path)
+    fully_connected = OpDef(
+        BuiltinOperator.BuiltinOperator.FULLY_CONNECTED,
+        [0, 1, 2],
+        [3],
+        (BuiltinOptions.BuiltinOptions.FullyConnectedOptions, _fully_connected),
+    )
+    return graph_model(path, tensors, [fully_connected], [0], [3], "npuctl test classifier")
 
 
 # -- a general builder: tensors and operators as data -------------------------------------
@@ -190,52 +156,13 @@ def graph_model(
 ) -> Path:
     builder = flatbuffers.Builder(65536)
     offsets = builder.PrependUOffsetTRelative
-    buffers = []
-    for data in [b""] + [tensor.data for tensor in tensors]:
-        vector = builder.CreateByteVector(data) if data else None
-        Buffer.Start(builder)
-        if vector is not None:
-            Buffer.AddData(builder, vector)
-        buffers.append(Buffer.End(builder))
-    made = []
-    for number, tensor in enumerate(tensors):
-        name_offset = builder.CreateString(tensor.name)
-        shape_offset = _vector(builder, Tensor.StartShapeVector, tensor.shape, builder.PrependInt32)
-        quantization = _quantization(builder, *tensor.quantization) if tensor.quantization else None
-        Tensor.Start(builder)
-        Tensor.AddShape(builder, shape_offset)
-        Tensor.AddType(builder, tensor.kind)
-        Tensor.AddBuffer(builder, number + 1)
-        Tensor.AddName(builder, name_offset)
-        if quantization is not None:
-            Tensor.AddQuantization(builder, quantization)
-        made.append(Tensor.End(builder))
+    buffers = [_buffer(builder, data) for data in [b"", *(tensor.data for tensor in tensors)]]
+    made = [_tensor(builder, tensor, number + 1) for number, tensor in enumerate(tensors)]
     codes: list[int | str] = []
     for operator in operators:
         if operator.code not in codes:
             codes.append(operator.code)
-    ops = []
-    for operator in operators:
-        options = operator.options[1](builder) if operator.options else None
-        custom = (
-            builder.CreateByteVector(operator.custom_options) if operator.custom_options else None
-        )
-        op_inputs = _vector(
-            builder, Operator.StartInputsVector, operator.inputs, builder.PrependInt32
-        )
-        op_outputs = _vector(
-            builder, Operator.StartOutputsVector, operator.outputs, builder.PrependInt32
-        )
-        Operator.Start(builder)
-        Operator.AddOpcodeIndex(builder, codes.index(operator.code))
-        Operator.AddInputs(builder, op_inputs)
-        Operator.AddOutputs(builder, op_outputs)
-        if operator.options and options is not None:
-            Operator.AddBuiltinOptionsType(builder, operator.options[0])
-            Operator.AddBuiltinOptions(builder, options)
-        if custom is not None:
-            Operator.AddCustomOptions(builder, custom)
-        ops.append(Operator.End(builder))
+    ops = [_operator(builder, operator, codes.index(operator.code)) for operator in operators]
     tensor_vector = _vector(builder, SubGraph.StartTensorsVector, made, offsets)
     graph_inputs = _vector(builder, SubGraph.StartInputsVector, inputs, builder.PrependInt32)
     graph_outputs = _vector(builder, SubGraph.StartOutputsVector, outputs, builder.PrependInt32)
@@ -246,18 +173,61 @@ def graph_model(
     SubGraph.AddOutputs(builder, graph_outputs)
     SubGraph.AddOperators(builder, operator_vector)
     subgraph = SubGraph.End(builder)
-    code_offsets = []
-    for code in codes:
-        custom_name = builder.CreateString(code) if isinstance(code, str) else None
-        builtin = BuiltinOperator.BuiltinOperator.CUSTOM if isinstance(code, str) else code
-        OperatorCode.Start(builder)
-        OperatorCode.AddDeprecatedBuiltinCode(builder, min(builtin, 127))
-        OperatorCode.AddBuiltinCode(builder, builtin)
-        if custom_name is not None:
-            OperatorCode.AddCustomCode(builder, custom_name)
-        OperatorCode.AddVersion(builder, 1)
-        code_offsets.append(OperatorCode.End(builder))
+    code_offsets = [_operator_code(builder, code) for code in codes]
     return _write_model(builder, offsets, code_offsets, subgraph, buffers, description, path)
+
+
+def _buffer(builder: flatbuffers.Builder, data: bytes) -> int:
+    vector = builder.CreateByteVector(data) if data else None
+    Buffer.Start(builder)
+    if vector is not None:
+        Buffer.AddData(builder, vector)
+    return Buffer.End(builder)
+
+
+def _tensor(builder: flatbuffers.Builder, tensor: TensorDef, buffer: int) -> int:
+    name_offset = builder.CreateString(tensor.name)
+    shape_offset = _vector(builder, Tensor.StartShapeVector, tensor.shape, builder.PrependInt32)
+    quantization = _quantization(builder, *tensor.quantization) if tensor.quantization else None
+    Tensor.Start(builder)
+    Tensor.AddShape(builder, shape_offset)
+    Tensor.AddType(builder, tensor.kind)
+    Tensor.AddBuffer(builder, buffer)
+    Tensor.AddName(builder, name_offset)
+    if quantization is not None:
+        Tensor.AddQuantization(builder, quantization)
+    return Tensor.End(builder)
+
+
+def _operator(builder: flatbuffers.Builder, operator: OpDef, code_index: int) -> int:
+    options = operator.options[1](builder) if operator.options else None
+    custom = builder.CreateByteVector(operator.custom_options) if operator.custom_options else None
+    op_inputs = _vector(builder, Operator.StartInputsVector, operator.inputs, builder.PrependInt32)
+    op_outputs = _vector(
+        builder, Operator.StartOutputsVector, operator.outputs, builder.PrependInt32
+    )
+    Operator.Start(builder)
+    Operator.AddOpcodeIndex(builder, code_index)
+    Operator.AddInputs(builder, op_inputs)
+    Operator.AddOutputs(builder, op_outputs)
+    if operator.options and options is not None:
+        Operator.AddBuiltinOptionsType(builder, operator.options[0])
+        Operator.AddBuiltinOptions(builder, options)
+    if custom is not None:
+        Operator.AddCustomOptions(builder, custom)
+    return Operator.End(builder)
+
+
+def _operator_code(builder: flatbuffers.Builder, code: int | str) -> int:
+    custom_name = builder.CreateString(code) if isinstance(code, str) else None
+    builtin = BuiltinOperator.BuiltinOperator.CUSTOM if isinstance(code, str) else code
+    OperatorCode.Start(builder)
+    OperatorCode.AddDeprecatedBuiltinCode(builder, min(builtin, 127))
+    OperatorCode.AddBuiltinCode(builder, builtin)
+    if custom_name is not None:
+        OperatorCode.AddCustomCode(builder, custom_name)
+    OperatorCode.AddVersion(builder, 1)
+    return OperatorCode.End(builder)
 
 
 def _write_model(

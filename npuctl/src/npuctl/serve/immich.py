@@ -41,6 +41,25 @@ def error_body(error: api.ApiError) -> bytes:
 def parse(fields: dict[str, bytes], served: tuple[str, ...]) -> Asked:
     """The one CLIP entry of a /predict form, or ApiError (4xx) saying what this server
     computes, so that whoever reads Immich's log knows what to change."""
+    kind, model_name = _clip_entry(fields, served)
+    image, text = fields.get("image"), fields.get("text")
+    if image is not None and text is not None:
+        raise _refused(400, "send either image or text, not both")
+    if kind == VISUAL:
+        if image is None:
+            raise _refused(400, "a clip visual entry needs the photo in the field 'image'")
+        return Asked(model_name, image, None)
+    if text is None:
+        raise _refused(400, "a clip textual entry needs the field 'text'")
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refused(400, "the text is not UTF-8") from None
+    return Asked(model_name, None, decoded)
+
+
+def _clip_entry(fields: dict[str, bytes], served: tuple[str, ...]) -> tuple[str, str]:
+    """The kind (visual or textual) and the model of the form's one CLIP entry."""
     if "entries" not in fields:
         raise _refused(422, "the form has no field 'entries' (Immich sends its request there)")
     try:
@@ -64,20 +83,7 @@ def parse(fields: dict[str, bytes], served: tuple[str, ...]) -> Asked:
         raise _refused(422, "Invalid request format: the entry has no 'modelName'")
     if model_name not in served:
         raise _refused(422, f"this server does not compute {model_name[:100]!r}: {_offer(served)}")
-    image, text = fields.get("image"), fields.get("text")
-    if image is not None and text is not None:
-        raise _refused(400, "send either image or text, not both")
-    if kind == VISUAL:
-        if image is None:
-            raise _refused(400, "a clip visual entry needs the photo in the field 'image'")
-        return Asked(model_name, image, None)
-    if text is None:
-        raise _refused(400, "a clip textual entry needs the field 'text'")
-    try:
-        decoded = text.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _refused(400, "the text is not UTF-8") from None
-    return Asked(model_name, None, decoded)
+    return kind, model_name
 
 
 def cleaned(text: str) -> str:

@@ -100,6 +100,7 @@ def parse(body: bytes, headers: dict[str, str], model: ServedModel) -> InferRequ
 
 
 def _tensor(item: dict, meta: TensorMeta, binary: memoryview) -> tuple[np.ndarray, int]:
+    """An input's array, from its binary data or its JSON "data", and the bytes it took."""
     datatype, shape = item.get("datatype"), item.get("shape")
     if datatype != meta.datatype:
         raise V2Error(f"input {meta.name} is {meta.datatype}, not {str(datatype)[:20]}")
@@ -109,19 +110,27 @@ def _tensor(item: dict, meta: TensorMeta, binary: memoryview) -> tuple[np.ndarra
         raise V2Error(f'input {meta.name}: "shape" must be a list of integers')
     if tuple(shape) != meta.shape:
         raise V2Error(f"input {meta.name} has the shape {list(meta.shape)}, not {shape[:8]}")
-    dtype = NUMPY_OF_V2[meta.datatype]
     parameters = item.get("parameters") or {}
     size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
     if size is not None:
-        expected = meta.elements * dtype.itemsize
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise V2Error(f"input {meta.name}: binary_data_size must be a whole number of bytes")
-        if size != expected:
-            raise V2Error(f"input {meta.name} takes {expected} bytes of binary data, not {size}")
-        if len(binary) < size:
-            raise V2Error(f"input {meta.name}: the body ends before its {size} bytes")
-        return np.frombuffer(binary[:size], dtype=dtype).reshape(meta.shape).copy(), size
-    data = item.get("data")
+        return _binary_tensor(meta, size, binary), size
+    return _json_tensor(meta, item.get("data")), 0
+
+
+def _binary_tensor(meta: TensorMeta, size: object, binary: memoryview) -> np.ndarray:
+    dtype = NUMPY_OF_V2[meta.datatype]
+    expected = meta.elements * dtype.itemsize
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise V2Error(f"input {meta.name}: binary_data_size must be a whole number of bytes")
+    if size != expected:
+        raise V2Error(f"input {meta.name} takes {expected} bytes of binary data, not {size}")
+    if len(binary) < size:
+        raise V2Error(f"input {meta.name}: the body ends before its {size} bytes")
+    return np.frombuffer(binary[:size], dtype=dtype).reshape(meta.shape).copy()
+
+
+def _json_tensor(meta: TensorMeta, data: object) -> np.ndarray:
+    dtype = NUMPY_OF_V2[meta.datatype]
     if data is None:
         raise V2Error(f'input {meta.name} has no "data" (nor binary data)')
     try:
@@ -143,7 +152,7 @@ def _tensor(item: dict, meta: TensorMeta, binary: memoryview) -> tuple[np.ndarra
             raise V2Error(
                 f"input {meta.name} is {meta.datatype}: values in {limits.min}..{limits.max}"
             )
-    return values.astype(dtype).reshape(meta.shape), 0
+    return values.astype(dtype).reshape(meta.shape)
 
 
 def _outputs(document: dict, model: ServedModel) -> list[Wanted]:
