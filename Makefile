@@ -17,7 +17,7 @@ DEPS_STAMP := $(VENV)/.deps-installed
 # pytest's and ruff's configuration is in tools/pyproject.toml; the tests are tests/.
 PYTEST := -c tools/pyproject.toml --rootdir .
 
-PACKAGE ?= aipu-dkms
+PACKAGE ?= $(firstword $(sort $(basename $(notdir $(wildcard dkms/*.yaml)))))
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
@@ -164,10 +164,15 @@ k8s: $(DEPS_STAMP)
 		--output $(DIST)/k8s/npuctl-serve-device-plugin.yaml
 
 ## lint: ruff and shellcheck
+# Every family against npuctl.platform's interface, every serving adapter against its own.
+TYPED_INTERFACES = npuctl/src/npuctl/platform.py npuctl/src/npuctl/families.py \
+	npuctl/src/npuctl/platforms/*/__init__.py npuctl/src/npuctl/serve/families/*.py
 lint: $(DEPS_STAMP)
 	$(VENV)/bin/ruff check --config tools/pyproject.toml tools tests npuctl
 	$(VENV)/bin/ruff format --config tools/pyproject.toml --check tools tests npuctl
 	$(VENV)/bin/lint-imports --no-cache tools/pyproject.toml
+	$(PY) -m pipeline.family_lint
+	$(PY) -m mypy --config-file tools/pyproject.toml $(TYPED_INTERFACES)
 	shellcheck tools/*.sh .ci/run tools/rocket_emu/guest/init
 
 clean:

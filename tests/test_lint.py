@@ -1,7 +1,9 @@
 """The project's own code stays ruff and shellcheck clean."""
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,6 +72,137 @@ def test_import_contracts_catch_a_cycle(tmp_path: Path):
     )
     assert result.returncode != 0
     assert "npuctl.settings -> npuctl.platforms.zhouyi" in result.stdout
+
+
+def test_no_family_is_named_outside_its_own_places():
+    result = run(sys.executable, "-m", "pipeline.family_lint", cwd=ROOT)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_family_name_lint_catches_a_name(tmp_path: Path):
+    """A shared module that names a family, in code or in a string, fails; the same name in
+    a comment, in a docstring or in the family's own package does not."""
+    for part in ("dkms", "npuctl/src/npuctl/platforms", "tools/pipeline"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shared = tmp_path / "tools/pipeline/fetch.py"
+    shared.write_text(
+        shared.read_text()
+        + '\n\ndef _late():\n    """Unlike aipu."""\n    return "rocket"  # aipu\n'
+    )
+    own = tmp_path / "npuctl/src/npuctl/platforms/zhouyi/commands.py"
+    own.write_text(own.read_text() + '\nFAMILY = "zhouyi"\n')
+    result = run(sys.executable, "-m", "pipeline.family_lint", str(tmp_path), cwd=ROOT)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("tools/pipeline/fetch.py:") and "the rocket family" in lines[0]
+
+
+# Where the tools may start a process other than through pipeline.tools.run, and why.
+DIRECT_PROCESSES = {
+    ("pipeline/tools.py", "run"): "the one helper itself",
+    ("kernel_lab/qemu.py", "_run_guest"): "a guest that times out is an observation: its console",
+    ("arm64_emulation/__init__.py", "runs_arm64_programs"): "the probe's hang is its verdict",
+    ("oci_image/workspace.py", "run_group"): "mmdebstrap in a process group stopped as one",
+    ("rocket_emu/board.py", "boot"): "the emulated board's QEMU, spoken to while it runs",
+}
+# Not the tools' runtime: what runs inside the emulated board, the benchmarks and the test
+# support, which start the programs they measure or test.
+OTHER_RUNTIMES = ("rocket_emu/guest/", "bench/", "testkit/")
+
+
+def _process_calls(path: Path) -> list[tuple[str, int]]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "subprocess"
+                and node.func.attr in ("run", "Popen", "call", "check_call", "check_output")
+            ):
+                found.append((function.name, node.lineno))
+    return found
+
+
+def test_the_tools_run_programs_one_way():
+    """Every program the tools run goes through pipeline.tools.run: a timeout on each, and one
+    error line when it is missing, fails or hangs; the exceptions are listed with their
+    reason."""
+    strays = []
+    for path in sorted((ROOT / "tools").rglob("*.py")):
+        relative = path.relative_to(ROOT / "tools").as_posix()
+        if relative.startswith(OTHER_RUNTIMES):
+            continue
+        for function, line in _process_calls(path):
+            if (relative, function) not in DIRECT_PROCESSES:
+                strays.append(f"tools/{relative}:{line} in {function}")
+    assert strays == []
+
+
+def test_a_program_that_hangs_is_one_line(tmp_path: Path):
+    from pipeline.errors import BuildError, ExitCode
+    from pipeline.tools import run as run_tool
+
+    with pytest.raises(BuildError) as raised:
+        run_tool(["sleep", "5"], timeout=0.2, failure="waiting", code=ExitCode.BUILD)
+    assert str(raised.value) == "waiting: sleep gave no answer within 0.2 s"
+    assert raised.value.code == ExitCode.BUILD
+    with pytest.raises(BuildError) as raised:
+        run_tool(["no-such-program-here"], failure="x")
+    assert raised.value.code == ExitCode.TOOL
+    with pytest.raises(BuildError) as raised:
+        run_tool(["sh", "-c", "echo first; echo last >&2; exit 3"], failure="the step")
+    assert str(raised.value) == "the step: last"
+
+
+TYPED_INTERFACES = (
+    "npuctl/src/npuctl/platform.py",
+    "npuctl/src/npuctl/families.py",
+    "npuctl/src/npuctl/platforms/*/__init__.py",
+    "npuctl/src/npuctl/serve/families/*.py",
+)
+
+
+def _mypy(root: Path) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("mypy", reason="mypy is not installed: run 'make deps'")
+    files = [str(path) for pattern in TYPED_INTERFACES for path in sorted(root.glob(pattern))]
+    config = ["--config-file", str(ROOT / "tools/pyproject.toml"), "--no-incremental"]
+    return run(sys.executable, "-m", "mypy", *config, *files, cwd=root)
+
+
+def test_every_family_fills_the_typed_interface():
+    result = _mypy(ROOT)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_type_checker_catches_a_family_that_strays(tmp_path: Path):
+    """A family whose stage has another signature, or that lacks one, fails make lint."""
+    shutil.copytree(ROOT / "npuctl", tmp_path / "npuctl", ignore=shutil.ignore_patterns("build"))
+    family = tmp_path / "npuctl/src/npuctl/platforms/rocket/__init__.py"
+    text = family.read_text()
+    family.write_text(
+        text.replace(
+            "    def locate(self, system: System) -> str | None:", "    def locate(self) -> str:"
+        )
+    )
+    result = _mypy(tmp_path)
+    assert result.returncode == 1
+    assert re.search(
+        r'Signature of "locate" incompatible with supertype "[\w.]*Platform"', result.stdout
+    )
+    family.write_text(text.replace("    def check(", "    def checks("))
+    result = _mypy(tmp_path)
+    assert result.returncode == 1
+    assert 'Cannot instantiate abstract class "Rocket" with abstract attribute "check"' in (
+        result.stdout
+    )
 
 
 def test_shellcheck():

@@ -17,9 +17,11 @@ from . import __version__
 from .defaults import DEFAULT_MAX_IMAGE_PIXELS
 from .errors import ExitCode, NpuctlError
 from .families import all_platforms
+from .platform import LazyCommand
 from .settings import Settings
 
-# name -> (module, attribute, one-line help shown by 'npuctl --help'); then each platform's own
+# name -> (module, attribute, one-line help shown by 'npuctl --help'); each family's own
+# commands follow them (Platform.commands).
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": (
         "npuctl.commands.doctor",
@@ -50,12 +52,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "watch",
         "Watch this machine's metrics for anomalies, embedded on the NPU.",
     ),
-    **{
-        name: (f"{platform.package}.{module}", attribute, text)
-        for platform in all_platforms()
-        for name, (module, attribute, text) in platform.commands.items()
-    },
 }
+
+
+def family_commands() -> dict[str, LazyCommand]:
+    return {name: command for p in all_platforms() for name, command in p.commands().items()}
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,11 @@ class LazyGroup(click.Group):
     """Subcommands imported on use; their help line comes from COMMANDS without importing."""
 
     def list_commands(self, context: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return [*COMMANDS, *family_commands()]
 
     def get_command(self, context: click.Context, name: str) -> click.Command | None:
+        if name in (family := family_commands()):
+            return family[name].load()
         if name not in COMMANDS:
             return None
         module, attribute, _ = COMMANDS[name]
@@ -107,6 +110,7 @@ class LazyGroup(click.Group):
             if name in PARTS and not part_installed(name):
                 text = f"{text} [not installed: apt install {PARTS[name].package}]"
             rows.append((name, text))
+        rows += [(name, command.help) for name, command in family_commands().items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -88,4 +88,4 @@ class Embedder(Protocol):
 
 def embedding_platform(forced: str | None) -> Platform:
     """The family that embeds in-process ('npuctl watch')."""
-    return able(forced, lambda platform: platform.embedder is not None, "embeds")
+    return able(forced, lambda platform: platform.embeds, "embeds")

@@ -1,65 +1,131 @@
-"""What a platform (one NPU family) brings to npuctl. The shared parts (command line, doctor
-report, model store, provision) reach a platform only through this description; its heavy
-parts (runtime, doctor chain, pipelines) are modules under its package, imported on use.
+"""What a platform (one NPU family) brings to npuctl: one typed interface, the same stages in
+every family. The shared parts (command line, doctor report, model store, provision, CDI, the
+server and the agent) reach a family only through it; `make lint` type-checks every family
+against it.
 
-A platform package ``npuctl.platforms.NAME`` exposes ``PLATFORM`` and these modules:
+A family is a package ``npuctl.platforms.NAME`` whose ``PLATFORM`` is an instance of a
+``Platform`` subclass. Its facts are class attributes; its stages are methods, each importing
+the family's heavy modules (runtime, doctor chain, pipelines) when it runs, so that naming the
+families costs nothing. The stages, in the order a board goes through them:
 
-- ``doctor``: ``check(system, options, report)`` appends the family's findings in dependency
-  order, after the shared platform finding;
-- ``provision``: ``ACTIONS`` (names, in order), ``DEFAULT_ACTIONS`` and
-  ``actions(request) -> list[Action]``;
-- ``bench``: ``bench(settings, entry, model, iterations, warmup) -> dict`` of timed stages;
-- ``models.yaml``: the models and files it knows by name.
+1. ``locate``: detect the board (where the firmware describes the NPU);
+2. ``check``: the doctor's findings, in dependency order: the driver, the user space, the
+   models each loaded in a child process first, then run, post-processed and compared with
+   the CPU (the golden check);
+3. ``provision`` and ``default_provision``: finish the board's set-up;
+4. ``bench``: time a model's stages;
+5. ``run_commands`` and ``commands``: run the models from the command line;
+6. ``open_embedder``, and ``serves`` (its adapter to the server is
+   ``npuctl.serve.families.NAME``, shipped with the server): embeddings and serving;
+7. ``cdi_edits``: the NPU in containers.
 """
 
 from __future__ import annotations
 
-import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import click
 
+from .errors import ExitCode, NpuctlError
+
 if TYPE_CHECKING:
+    from .cdi.spec import NpuEdits
+    from .doctor.findings import Report
+    from .doctor.run import Options
+    from .embedder import Embedder
+    from .models.manifest import Entry
+    from .provision.actions import Action, Request
+    from .settings import Settings
     from .system import System
+
+Decorator = Callable[[click.Command], click.Command]
 
 
 @dataclass(frozen=True)
-class Platform:
-    name: str  # the --platform value and the models' "platform"
-    title: str  # the NPU and the board it is found on, for people
-    package: str  # the Python package that implements it
-    # Where the NPU is described on this machine ("ACPI device CIXH4000:00"), or None.
-    locate: Callable[[System], str | None]
-    absent: str  # what is missing when locate finds nothing
-    # 'npuctl run' subcommands: name -> (module under the package, attribute, help line)
-    run_commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    # Top-level commands of its own ('npuctl NAME'), in the same form
-    commands: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    # Options of the whole command line ('npuctl --OPTION ...') the platform's runtime reads.
-    global_options: tuple[Callable[[click.Command], click.Command], ...] = ()
-    # In-process embeddings ('npuctl watch'): (module under the package,
-    # factory(settings) -> npuctl.embedder.Embedder), or None when the family embeds nothing.
-    embedder: tuple[str, str] | None = None
-    # 'npuctl serve': (its adapter's module, in npuctl.serve.families (shipped with the
-    # server), factory(settings, models: tuple[str, ...] | None, workers: int)
-    # -> npuctl.serve.models.Serving), or None when the family serves nothing yet.
-    serving: tuple[str, str] | None = None
+class BenchRun:
+    """What 'npuctl bench' asks a family to time."""
+
+    settings: Settings
+    entry: Entry
+    model: Path | None  # a file instead of the managed one
+    iterations: int
+    warmup: int
+    shown: bool  # a progress bar on the terminal
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """A command of a family, imported only when it runs (its help line is shown before)."""
+
+    help: str
+    load: Callable[[], click.Command]
+
+
+class Platform(ABC):
+    name: ClassVar[str]  # the --platform value and the models' "platform"
+    title: ClassVar[str]  # the NPU and the board it is found on, for people
+    absent: ClassVar[str]  # what is missing when locate finds nothing
+    # Options of the whole command line ('npuctl --OPTION ...') the family's runtime reads.
+    global_options: ClassVar[tuple[Decorator, ...]] = ()
+    # Options of 'npuctl provision' that only this family's actions read.
+    provision_options: ClassVar[tuple[Decorator, ...]] = ()
+    # The names of its provision actions, in order.
+    provision_actions: ClassVar[tuple[str, ...]] = ()
+    # Whether npuctl.serve.families.NAME serves its models ('npuctl serve').
+    serves: ClassVar[bool] = False
     # 'npuctl serve --workers' on a fleet node: NPU owner threads the runtime can use at once.
-    serve_workers: int = 1
-    # 'npuctl cdi': (module, edits(system, options) -> cdi.spec.NpuEdits), or None.
-    cdi: tuple[str, str] | None = None
+    serve_workers: ClassVar[int] = 1
+    # Whether open_embedder gives in-process embeddings ('npuctl watch').
+    embeds: ClassVar[bool] = False
     # The CDI kind (vendor/class) of its NPU, and its device nodes as a device plugin shares
     # them ('npuctl k8s render').
-    cdi_kind: str = ""
-    device_paths: tuple[str, ...] = ()
+    cdi_kind: ClassVar[str] = ""
+    device_paths: ClassVar[tuple[str, ...]] = ()
     # The container image 'make image' builds for its nodes (images/<name>.yaml), which
     # 'npuctl k8s render' names by default.
-    container_image: str = "npuctl"
-    # Options of 'npuctl provision' that only this platform's actions read.
-    provision_options: tuple[Callable[[click.Command], click.Command], ...] = ()
+    container_image: ClassVar[str] = "npuctl"
 
-    def module(self, name: str) -> ModuleType:
-        return importlib.import_module(f"{self.package}.{name}")
+    @property
+    def package(self) -> str:
+        """The Python package that implements it (and holds its models.yaml)."""
+        return type(self).__module__
+
+    @abstractmethod
+    def locate(self, system: System) -> str | None:
+        """Where the NPU is described on this machine ("ACPI device CIXH4000:00"), or None."""
+
+    @abstractmethod
+    def check(self, system: System, options: Options, report: Report) -> None:
+        """Append the family's doctor findings, after the shared platform finding."""
+
+    @abstractmethod
+    def default_provision(self, request: Request) -> list[str]:
+        """The actions 'npuctl provision' runs when none is named."""
+
+    @abstractmethod
+    def provision(self, name: str, request: Request) -> Action:
+        """One of ``provision_actions``."""
+
+    @abstractmethod
+    def bench(self, run: BenchRun) -> tuple[Path, dict[str, list[float]]]:
+        """The model's file and each stage's timings, in seconds."""
+
+    def run_commands(self) -> dict[str, LazyCommand]:
+        """'npuctl run NAME' subcommands."""
+        return {}
+
+    def commands(self) -> dict[str, LazyCommand]:
+        """Top-level commands of its own ('npuctl NAME')."""
+        return {}
+
+    def open_embedder(self, settings: Settings) -> Embedder:
+        """In-process embeddings, where ``embeds``."""
+        raise NpuctlError(f"the {self.title} embeds nothing", ExitCode.USAGE)
+
+    def cdi_edits(self, system: System, options: dict[str, object]) -> NpuEdits | None:
+        """What a container needs to reach the NPU ('npuctl cdi'), or None if it cannot."""
+        return None

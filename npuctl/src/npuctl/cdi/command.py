@@ -22,10 +22,10 @@ def edits_for(settings: Settings, system: System) -> spec.NpuEdits:
             f"no NPU on this machine ({absent_reasons()}): nothing to describe; no spec written",
             ExitCode.DOCTOR_FAILURES,
         )
-    if platform.cdi is None:
+    edits = platform.cdi_edits(system, settings.options)
+    if edits is None:
         raise NpuctlError(f"npuctl cannot describe the {platform.title} for CDI", ExitCode.USAGE)
-    module, attribute = platform.cdi
-    return getattr(platform.module(module), attribute)(system, settings.options)
+    return edits
 
 
 @click.group()

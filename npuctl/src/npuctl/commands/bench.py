@@ -11,6 +11,7 @@ from ..errors import ExitCode, NpuctlError
 from ..families import by_name
 from ..output import emit_json, table
 from ..params import JSON_OUTPUT
+from ..platform import BenchRun
 from ..settings import Settings, pass_settings
 
 KEYS = ("mean_ms", "p50_ms", "p95_ms", "min_ms", "max_ms", "stddev_ms", "throughput_per_s")
@@ -55,8 +56,8 @@ def bench(
             ExitCode.USAGE,
         )
     platform = by_name(entry.platform or settings.platform or "")
-    path, stages = platform.module("bench").bench(
-        settings, entry, model, iterations, warmup, not as_json
+    path, stages = platform.bench(
+        BenchRun(settings, entry, model, iterations, warmup, shown=not as_json)
     )
     result: dict[str, object] = {
         "model": name,

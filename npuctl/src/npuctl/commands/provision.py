@@ -26,7 +26,7 @@ SHARED_ACTIONS = ("nfd", "lift-blacklist")
 def _action_names() -> list[str]:
     names: list[str] = []
     for platform in all_platforms():
-        names += [n for n in platform.module("provision").ACTIONS if n not in names]
+        names += [n for n in platform.provision_actions if n not in names]
     return names + list(SHARED_ACTIONS)
 
 
@@ -71,8 +71,7 @@ def provision(
     family needs (udev rules, NPU power, the rknpu blacklist) comes with its driver package."""
     system = System(root)
     platform = _platform(system, settings.platform)
-    actions_module = platform.module("provision")
-    known = (*actions_module.ACTIONS, *SHARED_ACTIONS)
+    known = (*platform.provision_actions, *SHARED_ACTIONS)
     unknown = [name for name in only if name not in known]
     if unknown:
         raise ProvisionError(
@@ -93,13 +92,13 @@ def provision(
             fetch(entry, models_dir, lock, progress=True)
 
     request = Request(system, user, group, models_dir, fetch_models, options)
-    names = list(only) or actions_module.default_actions(request)
+    names = list(only) or platform.default_provision(request)
     shared = {
         "nfd": lambda: nfd_action(system),
         "lift-blacklist": lambda: lift_blacklist_action(system, for_platform(platform.name).module),
     }
     chosen = [
-        shared[name]() if name in shared else actions_module.action(name, request) for name in names
+        shared[name]() if name in shared else platform.provision(name, request) for name in names
     ]
     for action in reversed(chosen) if undo else chosen:
         done = action.is_done()

@@ -6,15 +6,11 @@ from __future__ import annotations
 import click
 
 from ..families import all_platforms
-from ..platform import Platform
+from ..platform import LazyCommand
 
 
-def _run_commands() -> dict[str, tuple[Platform, str, str, str]]:
-    return {
-        name: (platform, module, attribute, text)
-        for platform in all_platforms()
-        for name, (module, attribute, text) in platform.run_commands.items()
-    }
+def _run_commands() -> dict[str, LazyCommand]:
+    return {name: command for p in all_platforms() for name, command in p.run_commands().items()}
 
 
 class PlatformCommands(click.Group):
@@ -23,14 +19,11 @@ class PlatformCommands(click.Group):
 
     def get_command(self, context: click.Context, name: str) -> click.Command | None:
         found = _run_commands().get(name)
-        if found is None:
-            return None
-        platform, module, attribute, _ = found
-        return getattr(platform.module(module), attribute)
+        return None if found is None else found.load()
 
     def format_commands(self, context: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
-            formatter.write_dl([(name, found[3]) for name, found in _run_commands().items()])
+            formatter.write_dl([(name, found.help) for name, found in _run_commands().items()])
 
 
 @click.group(cls=PlatformCommands)

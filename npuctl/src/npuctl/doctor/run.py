@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..families import absent_reasons, chosen
+from ..families import absent_reasons, all_platforms, chosen
 from ..models.manifest import Manifest
 from ..platform import Platform
 from ..system import System
@@ -41,7 +41,7 @@ def run_doctor(system: System, options: Options, forced: str | None = None) -> R
         report.add(_no_npu(machine, board))
         return report
     report.facts["platform"] = platform.name
-    platform.module("doctor").check(system, options, report)
+    platform.check(system, options, report)
     check_cdi_spec(system, platform, options, report)
     return report
 
@@ -49,16 +49,15 @@ def run_doctor(system: System, options: Options, forced: str | None = None) -> R
 def check_cdi_spec(system: System, platform: Platform, options: Options, report: Report) -> None:
     """A CDI spec npuctl wrote must still describe this machine (an upgrade moves libraries,
     a new kernel renumbers devices); other tools' specs are not npuctl's business."""
-    if platform.cdi is None:
-        return
     from ..cdi.spec import SPEC_DIRS, stale
     from ..errors import NpuctlError
 
-    module, attribute = platform.cdi
     try:
-        edits = getattr(platform.module(module), attribute)(system, options.platform_options)
+        edits = platform.cdi_edits(system, options.platform_options)
     except NpuctlError:
         return  # nothing to compare with: the findings above say what is missing
+    if edits is None:
+        return
     for directory in SPEC_DIRS:
         problem = stale(system.path(str(directory)), edits)
         if problem:
@@ -82,8 +81,9 @@ def _no_npu(machine: str, board: str) -> Finding:
             "platform",
             Status.FAIL,
             f"Platform: {machine}, not arm64 — no supported NPU on this machine",
-            "npuctl checks the NPU of an Orange Pi 6 Plus (Zhouyi, CIX Sky1) or an Orange Pi "
-            "5 Plus (RK3588): run it on the board, or pass --platform to inspect an image.",
+            "npuctl checks the "
+            + " or the ".join(platform.title for platform in all_platforms())
+            + ": run it on the board, or pass --platform to inspect an image.",
             fix=NO_NPU_FIX,
         )
     return Finding(

@@ -31,8 +31,8 @@ def k8s() -> None:
 @k8s.command(name="render")
 @click.option(
     "--family",
-    type=click.Choice([p.name for p in all_platforms() if p.serving is not None]),
-    default="zhouyi",
+    type=click.Choice(SERVED := [p.name for p in all_platforms() if p.serves]),
+    default=SERVED[0],
     show_default=True,
 )
 @click.option(

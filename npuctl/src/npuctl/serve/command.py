@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
 import inspect
 import ipaddress
 import logging
@@ -23,14 +22,13 @@ from aiohttp import web
 
 from ..defaults import DEFAULT_SERVE_PORT, default_serve_socket
 from ..errors import ExitCode, NpuctlError
-from ..families import able
+from ..families import able, all_platforms
 from ..platform import Platform
 from ..settings import Settings, pass_settings
-from . import affinity, auth, systemd
+from . import affinity, auth, families, systemd
 from .app import Api
 from .connections import Budget, Guard, HeadLimits
 from .metrics import Metrics
-from .models import Serving
 from .owner import NpuOwner
 from .routes import PUBLIC_DEFAULT, PUBLIC_GROUPS, ROUTES
 from .service import Limits, Service
@@ -63,16 +61,17 @@ def _public(value: str) -> frozenset[str]:
     "model_names",
     default=None,
     metavar="NAME,...",
-    help="The models to serve (yolo,clip on the Zhouyi; ssdlite,mobilenet,mobilenet-v2 on the "
-    "RK3588) [default: every model of the NPU that is downloaded].",
+    help="The models to serve (npuctl models list names them, by NPU) [default: every model "
+    "of the NPU that is downloaded].",
 )
 @click.option(
     "--workers",
     type=click.IntRange(1, 16),
     default=1,
     show_default=True,
-    help="NPU owner threads, each with its own runtime (RK3588: one Teflon delegate each, so "
-    "jobs can reach the NPU's three cores; the Zhouyi's libnoe takes one).",
+    help="NPU owner threads, each with its own runtime; useful up to what the NPU runs at once ("
+    + "; ".join(f"{p.title}: {p.serve_workers}" for p in all_platforms())
+    + ").",
 )
 @click.option(
     "--api-key-file",
@@ -252,9 +251,7 @@ def serve(
         raise NpuctlError(f"{error.message}", ExitCode.USAGE) from None
     key = auth.load_key(api_key_file)
     platform = serving_platform(settings.platform)
-    module, factory = platform.serving  # type: ignore[misc]
-    adapter = importlib.import_module(module)  # next to the server: npuctl.serve.families
-    serving: Serving = getattr(adapter, factory)(settings, wanted, workers)
+    serving = families.adapter(platform).open_serving(settings, wanted, workers)
     socket_path = None if no_unix_socket else (unix_socket or default_serve_socket())
     if no_tcp and socket_path is None:
         raise NpuctlError(
@@ -396,7 +393,7 @@ def _reload_key(service: Service, path: Path | None) -> None:
 
 
 def serving_platform(forced: str | None) -> Platform:
-    return able(forced, lambda platform: platform.serving is not None, "serves")
+    return able(forced, lambda platform: platform.serves, "serves")
 
 
 def _loopback(host: str) -> bool:

@@ -92,8 +92,7 @@ class LocalEmbedding:
         from ..embedder import embedding_platform
 
         platform = embedding_platform(settings.platform)
-        module, factory = platform.embedder  # type: ignore[misc]
-        self.embedder = getattr(platform.module(module), factory)(settings)
+        self.embedder = platform.open_embedder(settings)
         self.embedder.start()
         self.where = f"{platform.name} NPU, in this process"
 

@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from npuctl.platform import Platform
+from npuctl.platform import BenchRun, LazyCommand, Platform
 
 if TYPE_CHECKING:
-    from ...system import System
+    from npuctl.cdi.spec import NpuEdits
+    from npuctl.doctor.findings import Report
+    from npuctl.doctor.run import Options
+    from npuctl.provision.actions import Action, Request
+    from npuctl.system import System
 
 DEFAULT_DELEGATE = "/usr/lib/teflon/libteflon.so"
 SOC = "rockchip,rk3588"
@@ -24,29 +28,35 @@ def compatibles(system: System, node: str = "") -> list[str]:
     return [item for item in text.split("\0") if item]
 
 
-def locate(system: System) -> str | None:
-    found = [c for c in compatibles(system) if c.startswith(SOC)]
-    return f"{found[0]} SoC in the device tree" if found else None
+def _mobilenet() -> click.Command:
+    from .commands import mobilenet
+
+    return mobilenet
 
 
-PLATFORM = Platform(
-    name="rocket",
-    title="RK3588 NPU, rocket driver (Orange Pi 5 Plus)",
-    package=__name__,
-    locate=locate,
-    absent="no rockchip,rk3588 SoC in the device tree",
-    run_commands={
-        "mobilenet": ("commands", "mobilenet", "Classify images with MobileNet V1 (rocket)."),
-        "mobilenet-v2": ("commands", "mobilenet_v2", "Classify images with MobileNet V2 (rocket)."),
-        "ssdlite": ("commands", "ssdlite", "Detect objects with SSDLite MobileDet (rocket)."),
-    },
-    serving=("npuctl.serve.families.rocket", "open_serving"),
-    serve_workers=3,  # the NPU's three cores; Mesa's rocket runs one job stream per core
-    cdi=("cdi", "edits"),
-    cdi_kind="rockchip.com/npu",
-    container_image="npuctl-rocket",  # with Mesa's Teflon and the TFLite runtime
-    device_paths=("/dev/accel/accel0",),
-    global_options=(
+def _mobilenet_v2() -> click.Command:
+    from .commands import mobilenet_v2
+
+    return mobilenet_v2
+
+
+def _ssdlite() -> click.Command:
+    from .commands import ssdlite
+
+    return ssdlite
+
+
+class Rocket(Platform):
+    name = "rocket"
+    title = "RK3588 NPU, rocket driver (Orange Pi 5 Plus)"
+    absent = "no rockchip,rk3588 SoC in the device tree"
+    serves = True
+    serve_workers = 3  # the NPU's three cores; Mesa's rocket runs one job stream per core
+    cdi_kind = "rockchip.com/npu"
+    container_image = "npuctl-rocket"  # with Mesa's Teflon and the TFLite runtime
+    device_paths = ("/dev/accel/accel0",)
+    provision_actions = ("group", "backports", "teflon-pin", "teflon", "litert", "models")
+    global_options = (
         click.option(
             "--delegate",
             type=click.Path(path_type=Path),
@@ -55,5 +65,43 @@ PLATFORM = Platform(
             show_default=True,
             help="Rocket: Mesa's Teflon TensorFlow Lite delegate to use.",
         ),
-    ),
-)
+    )
+
+    def locate(self, system: System) -> str | None:
+        found = [c for c in compatibles(system) if c.startswith(SOC)]
+        return f"{found[0]} SoC in the device tree" if found else None
+
+    def check(self, system: System, options: Options, report: Report) -> None:
+        from . import doctor
+
+        doctor.check(system, options, report)
+
+    def default_provision(self, request: Request) -> list[str]:
+        return list(self.provision_actions)
+
+    def provision(self, name: str, request: Request) -> Action:
+        from . import provision
+
+        return provision.action(name, request)
+
+    def bench(self, run: BenchRun) -> tuple[Path, dict[str, list[float]]]:
+        from . import bench
+
+        return bench.bench(run)
+
+    def run_commands(self) -> dict[str, LazyCommand]:
+        return {
+            "mobilenet": LazyCommand("Classify images with MobileNet V1 (rocket).", _mobilenet),
+            "mobilenet-v2": LazyCommand(
+                "Classify images with MobileNet V2 (rocket).", _mobilenet_v2
+            ),
+            "ssdlite": LazyCommand("Detect objects with SSDLite MobileDet (rocket).", _ssdlite),
+        }
+
+    def cdi_edits(self, system: System, options: dict[str, object]) -> NpuEdits | None:
+        from . import cdi
+
+        return cdi.edits(system, options)
+
+
+PLATFORM = Rocket()

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from npuctl.models.manifest import Entry
 from npuctl.output import progress_bar
-from npuctl.settings import Settings
+from npuctl.platform import BenchRun
 
 from .commands import managed_file
 from .runtime import LiteModel, delegate_of
@@ -31,18 +30,12 @@ def _time(loaded: LiteModel, iterations: int, warmup: int, label: str, shown: bo
     return seconds
 
 
-def bench(
-    settings: Settings,
-    entry: Entry,
-    model: Path | None,
-    iterations: int,
-    warmup: int,
-    shown: bool,
-) -> tuple[Path, dict[str, list[float]]]:
-    path = model or managed_file(settings, entry.name)
-    npu = LiteModel(path, delegate_of(settings))
+def bench(run: BenchRun) -> tuple[Path, dict[str, list[float]]]:
+    name = run.entry.name
+    path = run.model or managed_file(run.settings, name)
+    npu = LiteModel(path, delegate_of(run.settings))
     cpu = LiteModel(path, None)
     return path, {
-        "npu": _time(npu, iterations, warmup, f"{entry.name} on the NPU", shown),
-        "cpu": _time(cpu, iterations, warmup, f"{entry.name} on the CPU", shown),
+        "npu": _time(npu, run.iterations, run.warmup, f"{name} on the NPU", run.shown),
+        "cpu": _time(cpu, run.iterations, run.warmup, f"{name} on the CPU", run.shown),
     }

@@ -18,7 +18,7 @@ from npuctl.drivers import for_platform
 from npuctl.models.store import Lock, verify
 from npuctl.system import System
 
-from . import DEFAULT_DELEGATE, late_load, locate
+from . import DEFAULT_DELEGATE, PLATFORM, late_load
 from .child import LOADED, NO_DEVICE
 from .child import MODULE as PROBE_MODULE
 from .golden import TOLERANCE
@@ -117,7 +117,7 @@ def check(system: System, options: Options, report: Report) -> None:
 
 def _platform(system: System, report: Report) -> int:
     """How many NPU cores the device tree enables (0: none, nothing more to check)."""
-    where = locate(system)
+    where = PLATFORM.locate(system)
     board = board_name(system)
     if where is None:
         report.add(
@@ -338,6 +338,8 @@ def _teflon(system: System, report: Report, delegate: Path) -> bool:
             )
             return False
     report.facts["teflon"] = version
+    # The family-neutral name the fleet labels read (npuctl doctor --nfd).
+    report.facts.setdefault("versions", {})["umd"] = version
     report.add(
         Finding(
             "teflon.installed",

@@ -1,5 +1,5 @@
 """Provisioning of an RK3588 board: the render group, Mesa Teflon from trixie-backports with
-an apt pin (files of provision/npuctl/rocket), the TFLite runtime, the models. The blacklist
+an apt pin (files of its site-files/), the TFLite runtime, the models. The blacklist
 of the vendor's rknpu is no action: every RK3588 board needs it, so rocket-dkms ships it."""
 
 from __future__ import annotations
@@ -20,12 +20,7 @@ from npuctl.system import System
 from .doctor import TEFLON_MINIMUM, TEFLON_PACKAGE, teflon_release, teflon_version
 from .litert import REQUIREMENT, RUNTIME_DIR
 
-ACTIONS = ("group", "backports", "teflon-pin", "teflon", "litert", "models")
 SUITE = "trixie-backports"  # the suite whose Mesa drives rocket (Mesa >= 25.3)
-
-
-def default_actions(request: Request) -> list[str]:
-    return list(ACTIONS)
 
 
 def action(name: str, request: Request) -> Action:

@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from npuctl.platform import Platform
+from npuctl.platform import BenchRun, LazyCommand, Platform
 
 if TYPE_CHECKING:
-    from ...system import System
+    from npuctl.cdi.spec import NpuEdits
+    from npuctl.doctor.findings import Report
+    from npuctl.doctor.run import Options
+    from npuctl.embedder import Embedder
+    from npuctl.provision.actions import Action, Request
+    from npuctl.settings import Settings
+    from npuctl.system import System
 
 DEFAULT_LIBRARY = "/usr/share/cix/lib/libnoe.so"
 DEFAULT_TIMEOUT_MS = 10_000
@@ -20,35 +26,40 @@ MAX_TIMEOUT_MS = 2**31 - 1
 ACPI_DEVICE = "/sys/bus/acpi/devices/CIXH4000:00"
 
 
-def locate(system: System) -> str | None:
-    if system.read(f"{ACPI_DEVICE}/status") is not None:
-        return "ACPI device CIXH4000:00"
-    for path in system.glob("/sys/firmware/devicetree/base/**/compatible"):
-        if "armchina,zhouyi" in (system.read(path) or ""):
-            return f"device-tree node {path.rsplit('/', 2)[-2]}"
-    return None
+def _cfg() -> click.Command:
+    from .cfg_command import cfg
+
+    return cfg
 
 
-PLATFORM = Platform(
-    name="zhouyi",
-    title="Zhouyi NPU, CIX Sky1 (Orange Pi 6 Plus)",
-    package=__name__,
-    locate=locate,
-    absent="no CIXH4000 ACPI device or armchina,zhouyi node",
-    commands={
-        "cfg": ("cfg_command", "cfg", "Check CixBuilder configs before compiling (Zhouyi)."),
-    },
-    run_commands={
-        "clip-text": ("commands", "clip_text", "CLIP text embeddings (Zhouyi)."),
-        "clip-image": ("commands", "clip_image_command", "CLIP image embeddings (Zhouyi)."),
-        "yolo": ("commands", "yolo_command", "YOLOv8 object detection (Zhouyi)."),
-    },
-    embedder=("embedder", "open_embedder"),
-    serving=("npuctl.serve.families.zhouyi", "open_serving"),
-    cdi=("cdi", "edits"),
-    cdi_kind="armchina.com/npu",
-    device_paths=("/dev/aipu",),
-    global_options=(
+def _clip_text() -> click.Command:
+    from .commands import clip_text
+
+    return clip_text
+
+
+def _clip_image() -> click.Command:
+    from .commands import clip_image_command
+
+    return clip_image_command
+
+
+def _yolo() -> click.Command:
+    from .commands import yolo_command
+
+    return yolo_command
+
+
+class Zhouyi(Platform):
+    name = "zhouyi"
+    title = "Zhouyi NPU, CIX Sky1 (Orange Pi 6 Plus)"
+    absent = "no CIXH4000 ACPI device or armchina,zhouyi node"
+    serves = True
+    embeds = True
+    cdi_kind = "armchina.com/npu"
+    device_paths = ("/dev/aipu",)
+    provision_actions = ("group", "models", "umd", "ld-path")
+    global_options = (
         click.option(
             "--library",
             type=click.Path(path_type=Path),
@@ -64,8 +75,8 @@ PLATFORM = Platform(
             show_default=True,
             help="Zhouyi: timeout of one inference (at most 2147483647, libnoe's int32).",
         ),
-    ),
-    provision_options=(
+    )
+    provision_options = (
         click.option(
             "--umd-deb",
             type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -77,5 +88,58 @@ PLATFORM = Platform(
             is_flag=True,
             help="Zhouyi: also add libnoe's folder to the linker path (npuctl loads it by path).",
         ),
-    ),
-)
+    )
+
+    def locate(self, system: System) -> str | None:
+        if system.read(f"{ACPI_DEVICE}/status") is not None:
+            return "ACPI device CIXH4000:00"
+        for path in system.glob("/sys/firmware/devicetree/base/**/compatible"):
+            if "armchina,zhouyi" in (system.read(path) or ""):
+                return f"device-tree node {path.rsplit('/', 2)[-2]}"
+        return None
+
+    def check(self, system: System, options: Options, report: Report) -> None:
+        from .doctor import check
+
+        check(system, options, report)
+
+    def default_provision(self, request: Request) -> list[str]:
+        return [
+            "group",
+            "models",
+            *(["umd"] if request.options.get("umd_deb") else []),
+            *(["ld-path"] if request.options.get("ld_path") else []),
+        ]
+
+    def provision(self, name: str, request: Request) -> Action:
+        from . import provision
+
+        return provision.action(name, request)
+
+    def bench(self, run: BenchRun) -> tuple[Path, dict[str, list[float]]]:
+        from . import bench
+
+        return bench.bench(run)
+
+    def commands(self) -> dict[str, LazyCommand]:
+        return {"cfg": LazyCommand("Check CixBuilder configs before compiling (Zhouyi).", _cfg)}
+
+    def run_commands(self) -> dict[str, LazyCommand]:
+        return {
+            "clip-text": LazyCommand("CLIP text embeddings (Zhouyi).", _clip_text),
+            "clip-image": LazyCommand("CLIP image embeddings (Zhouyi).", _clip_image),
+            "yolo": LazyCommand("YOLOv8 object detection (Zhouyi).", _yolo),
+        }
+
+    def open_embedder(self, settings: Settings) -> Embedder:
+        from .embedder import open_embedder
+
+        return open_embedder(settings)
+
+    def cdi_edits(self, system: System, options: dict[str, object]) -> NpuEdits | None:
+        from . import cdi
+
+        return cdi.edits(system, options)
+
+
+PLATFORM = Zhouyi()

@@ -7,22 +7,21 @@ from pathlib import Path
 
 import numpy as np
 
-from npuctl.models.manifest import Entry
 from npuctl.output import progress_bar
-from npuctl.settings import Settings
+from npuctl.platform import BenchRun
 
 from .runtime import npu
 
 
-def bench(
-    settings: Settings,
-    entry: Entry,
-    model: Path | None,
-    iterations: int,
-    warmup: int,
-    shown: bool,
-) -> tuple[Path, dict[str, list[float]]]:
-    chosen = npu(settings).resolve(entry, model)
+def bench(run: BenchRun) -> tuple[Path, dict[str, list[float]]]:
+    settings, entry, iterations, warmup, shown = (
+        run.settings,
+        run.entry,
+        run.iterations,
+        run.warmup,
+        run.shown,
+    )
+    chosen = npu(settings).resolve(entry, run.model)
     pipeline: list[float] = []
     infer: list[float] = []
     with npu(settings).session() as session, npu(settings).model(session, chosen) as loaded:

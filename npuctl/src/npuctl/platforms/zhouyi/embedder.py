@@ -30,7 +30,7 @@ GOLDEN_TEXTS = ("a photo of a cat", "a wiring diagram of a power station")
 
 class ClipEmbedder:
     dimensions = 512
-    model_names = ("clip", "clip-text", "clip-visual")
+    model_names: tuple[str, ...] = ("clip", "clip-text", "clip-visual")
 
     def __init__(self, settings: Settings, runtime: NoeRuntime | None = None) -> None:
         self.max_pixels = settings.max_image_pixels

@@ -1,5 +1,5 @@
 """Provisioning of a Zhouyi board: the device group, the models, CIX's user-mode driver
-(libnoe) without its pip postinst, and libnoe on the linker path (provision/npuctl/zhouyi).
+(libnoe) without its pip postinst, and libnoe on the linker path (its site-files/).
 Keeping the NPU powered is no action: every board needs it, so aipu-dkms ships the rule."""
 
 from __future__ import annotations
@@ -23,17 +23,6 @@ from npuctl.provision.site_files import file_action
 from npuctl.system import System
 
 UMD_PACKAGE = "cix-noe-umd"
-
-ACTIONS = ("group", "models", "umd", "ld-path")
-
-
-def default_actions(request: Request) -> list[str]:
-    return [
-        "group",
-        "models",
-        *(["umd"] if request.options.get("umd_deb") else []),
-        *(["ld-path"] if request.options.get("ld_path") else []),
-    ]
 
 
 def action(name: str, request: Request) -> Action:

@@ -27,6 +27,7 @@ from npuctl.platforms.rocket.runtime import (
 from npuctl.vision import golden_picture
 
 from ..models import CLASSIFICATION, DETECTION, Serving, TensorMeta, chosen_models
+from . import OpenServing
 
 if TYPE_CHECKING:
     from npuctl.settings import Settings
@@ -175,3 +176,6 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
             models[name] = MobileNetClassifier(name, inputs, outputs, labels)
     runtimes = [LiteRuntime(files, delegate, specs) for _ in range(workers)]
     return Serving(models, runtimes)  # type: ignore[arg-type]
+
+
+ADAPTER = OpenServing(open_serving)

@@ -18,6 +18,7 @@ from npuctl.platforms.zhouyi.runtime import npu
 from npuctl.vision import golden_picture
 
 from ..models import DETECTION, EMBEDDING, Serving, TensorMeta, chosen_models
+from . import OpenServing
 
 if TYPE_CHECKING:
     from npuctl.platforms.zhouyi.embedder import ClipEmbedder
@@ -27,7 +28,11 @@ if TYPE_CHECKING:
     from ..models import Runtime
 
 # Served models and the other names --models takes for them.
-KNOWN = {"yolov8n": ("yolo",), "clip-text": ("clip",), "clip-visual": ("clip",)}
+KNOWN: dict[str, tuple[str, ...]] = {
+    "yolov8n": ("yolo",),
+    "clip-text": ("clip",),
+    "clip-visual": ("clip",),
+}
 
 
 def _runtime(runtime: Runtime) -> NoeRuntime:
@@ -158,3 +163,6 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
         else:
             models[name] = ClipModel(name)
     return Serving(models, [runtime], embedder)  # type: ignore[arg-type]
+
+
+ADAPTER = OpenServing(open_serving)
