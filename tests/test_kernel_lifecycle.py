@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from kernel_lab import distribution_kernels
-from kernel_lab.drivers import ROCKET
+from kernel_lab.drivers import DRIVERS
 from kernel_lab.matrix import Packages, SuiteRun
 from kernel_lab.suites import DEFAULT_SUITE, PLANS
 from pipeline.config import load_package
@@ -43,7 +43,8 @@ def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
         version=config.version,
         next_deb=next_deb,
         next_version=following.version,
-        patched_tree=patched_copy(upstream_tree, scratch / "src"),
+        patched_tree=patched_copy(upstream_tree, scratch / "src", config.patches_dir),
+        driver=DRIVERS[config.name],
         gate=config.kernel_config_gate,
         kernel_regex=config.kernel_regex,
         board_files=tuple(board_file.installed_path for board_file in config.board_files),
@@ -52,17 +53,48 @@ def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
     # One simulated distribution kernel on this suite's kernel: Sky1-Linux's symbol for the
     # NPU driver in its tree (the full matrix derives it from trixie-backports).
     sky1 = next(kernel for kernel in distribution_kernels.load() if kernel.name == "sky1-linux")
-    sky1 = dataclasses.replace(
-        sky1,
-        base_suite=DEFAULT_SUITE,
-        expect={
-            "aipu-dkms": ["CONFIG_ARMCHINA_NPU is set"],
-            "rocket-dkms": ["CONFIG_DRM_ACCEL is off"],
-        },
+    # On the default suite's kernel rocket's reason is the accel core, not the in-tree driver.
+    sky1 = dataclasses.replace(sky1, base_suite=DEFAULT_SUITE)
+    rocket = _rocket(scratch)
+    rocket = dataclasses.replace(
+        rocket,
+        driver=dataclasses.replace(
+            rocket.driver, distribution_kernels={sky1.name: ("CONFIG_DRM_ACCEL is off",)}
+        ),
     )
-    run = SuiteRun(plan, [packages, _rocket(scratch)], scratch / "lab", scratch / "lab.log", [sky1])
+    demo = _third_family(scratch)
+    run = SuiteRun(plan, [packages, rocket, demo], scratch / "lab", scratch / "lab.log", [sky1])
     run.run()
     return run
+
+
+def _third_family(scratch) -> Packages:
+    """The invented family of tests/third_family.py, built by its scratch tree's pipeline,
+    read by the kernel lab from its scratch description as it reads every package's."""
+    from kernel_lab.drivers import from_config
+    from pipeline.config import load_config
+
+    from .third_family import PACKAGE, build_deb, make_scratch
+
+    tree = make_scratch(scratch / "third-family")
+    config = load_config(tree.tree / f"dkms/{PACKAGE}.yaml")
+    deb = build_deb(tree, scratch / "demo-dist", lintian=False)
+    following = build_deb(tree, scratch / "demo-next", suffix="lab1", lintian=False)
+    patched = tree.python(
+        "-m", "pipeline", "--package", PACKAGE, "patch", str(scratch / "demo-src")
+    )
+    assert patched.returncode == 0, patched.stderr
+    return Packages(
+        deb=deb,
+        version=config.version,
+        next_deb=following,
+        next_version=f"{config.version}+lab1",
+        patched_tree=scratch / "demo-src",
+        driver=from_config(config),
+        gate=config.kernel_config_gate,
+        kernel_regex=config.kernel_regex,
+        board_files=tuple(board_file.installed_path for board_file in config.board_files),
+    )
 
 
 def _rocket(scratch) -> Packages:
@@ -82,7 +114,7 @@ def _rocket(scratch) -> Packages:
         next_deb=builds[f"{rocket.version}+lab1"],
         next_version=f"{rocket.version}+lab1",
         patched_tree=patched_copy(tree, scratch / "rocket-src", rocket.patches_dir),
-        driver=ROCKET,
+        driver=DRIVERS["rocket-dkms"],
         gate=rocket.kernel_config_gate,
         kernel_regex=rocket.kernel_regex,
         board_files=tuple(board_file.installed_path for board_file in rocket.board_files),
@@ -195,3 +227,23 @@ def test_a_simulated_distribution_kernel_is_skipped_for_its_reasons(suite_run, p
     assert row.cells["build"].status == "excluded", row.cells["build"].detail
     assert row.cells["autoinstall"].status == "ok"
     assert row.cells["autoinstall"].detail.startswith("apt exit 0, headers configured")
+
+
+@pytest.mark.parametrize(
+    ("role", "column"),
+    [
+        ("installed", "build"),
+        ("installed", "warnings"),
+        ("upgrade", "autoinstall"),
+        ("installed", "qemu"),
+        ("upgrade", "qemu"),
+        ("installed", "foreign-skip"),
+        ("installed", "old-kernel-skip"),
+        ("installed", "package-upgrade"),
+        ("installed", "purge"),
+    ],
+)
+def test_a_third_family_goes_through_the_same_life_cycle(suite_run, role, column):
+    """The invented family of tests/third_family.py, described only in its own places."""
+    cell = _cell(suite_run, role, column, "demo-dkms")
+    assert cell.status == "ok", f"{column}: {cell.detail} (log: {suite_run.log_path})"
