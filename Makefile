@@ -164,9 +164,10 @@ k8s: $(DEPS_STAMP)
 		--output $(DIST)/k8s/npuctl-serve-device-plugin.yaml
 
 ## lint: ruff and shellcheck
-# Every family against npuctl.platform's interface, every serving adapter against its own.
+# Every family's package, against npuctl.platform's interface and its own types; every
+# serving adapter against its own.
 TYPED_INTERFACES = npuctl/src/npuctl/platform.py npuctl/src/npuctl/families.py \
-	npuctl/src/npuctl/platforms/*/__init__.py npuctl/src/npuctl/serve/families/*.py
+	npuctl/src/npuctl/platforms npuctl/src/npuctl/serve/families
 lint: $(DEPS_STAMP)
 	$(VENV)/bin/ruff check --config tools/pyproject.toml tools tests npuctl
 	$(VENV)/bin/ruff format --config tools/pyproject.toml --check tools tests npuctl

@@ -17,7 +17,7 @@ def image_tensor(picture: Image.Image, spec: TensorSpec) -> np.ndarray:
     """The picture resized to the input (bilinear, like Mesa's classification example), as
     uint8, or shifted by 128 for an int8 input."""
     height, width = spec.shape[1], spec.shape[2]
-    pixels = np.asarray(picture.convert("RGB").resize((width, height), Image.BILINEAR))
+    pixels = np.asarray(picture.convert("RGB").resize((width, height), Image.Resampling.BILINEAR))
     if spec.dtype == np.int8:
         pixels = (pixels.astype(np.int16) - 128).astype(np.int8)
     return pixels.astype(spec.dtype).reshape(1, height, width, 3)

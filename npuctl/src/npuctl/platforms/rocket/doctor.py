@@ -51,7 +51,8 @@ def check(system: System, options: Options, report: Report) -> None:
         if options.quick:
             skip(report, "golden", "golden", "Golden check", "--quick")
             return None
-        return _golden(system, options, report, delegate)
+        _golden(system, options, report, delegate)
+        return None
 
     run_chain(
         [
@@ -339,7 +340,9 @@ def _teflon(system: System, report: Report, delegate: Path) -> bool:
             return False
     report.facts["teflon"] = version
     # The family-neutral name the fleet labels read (npuctl doctor --nfd).
-    report.facts.setdefault("versions", {})["umd"] = version
+    versions = report.facts.setdefault("versions", {})
+    if isinstance(versions, dict):
+        versions["umd"] = version
     report.add(
         Finding(
             "teflon.installed",

@@ -19,6 +19,10 @@ import ctypes
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .golden import DetectionVerdict, Verdict
 
 CREATE = "tflite_plugin_create_delegate"
 DESTROY = "tflite_plugin_destroy_delegate"
@@ -99,6 +103,7 @@ def golden(model_path: str, library: str) -> dict[str, object]:
         answers.append(
             [loaded.get_tensor(output["index"]).copy() for output in loaded.get_output_details()]
         )
+    verdict: Verdict | DetectionVerdict
     if len(answers[0]) == 1:
         verdict = compare(answers[0][0].reshape(-1), answers[1][0].reshape(-1))
     else:

@@ -187,15 +187,11 @@ class Checker:
                 continue
             for key in spec["required"]:
                 if key not in self.config[section]:
-                    trap = next(
-                        (
-                            t
-                            for t in self.rules.traps
-                            if t["fix"] == key and t["key"] in self.config[section]
-                        ),
-                        None,
+                    explained = any(
+                        t["fix"] == key and t["key"] in self.config[section]
+                        for t in self.rules.traps
                     )
-                    if trap is None:
+                    if not explained:
                         self.add(
                             Status.FAIL,
                             f"cfg.missing.{section}.{key}",

@@ -23,12 +23,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from npuctl.errors import InputError, NpuError
+from npuctl.errors import InputError, NpuctlError, NpuError
 
 from . import abi
+
+if TYPE_CHECKING:
+    from ctypes import _Pointer
+
+    ContextPointer = _Pointer[abi.ContextHandle]
 
 # libnoe keeps global state; one lock for the whole process, re-entrant for nested helpers.
 _LOCK = threading.RLock()
@@ -153,7 +159,7 @@ class NoeLibrary:
         with contextlib.suppress(ValueError):  # older builds do not export it
             ctypes.c_int.in_dll(self.lib, "UMD_LOG_LEVEL").value = -1
 
-    def message(self, context: _CTX | None, status: int) -> str:
+    def message(self, context: ContextPointer | None, status: int) -> str:
         text = _c.c_char_p()
         with _LOCK:
             self.lib.noe_get_error_message(context, status, _c.byref(text))
@@ -161,8 +167,12 @@ class NoeLibrary:
         return message or abi.status_text(status)
 
     def error(
-        self, context: _CTX | None, what: str, status: int, error_type: type[NpuError] = NpuError
-    ) -> NpuError:
+        self,
+        context: ContextPointer | None,
+        what: str,
+        status: int,
+        error_type: type[NpuctlError] = NpuError,
+    ) -> NpuctlError:
         detail = self.message(context, status)
         text = f"{what} failed: {abi.status_name(status)} (0x{status:X})"
         error = error_type(f"{text}: {detail}" if detail else text)
@@ -176,7 +186,7 @@ class Session:
     def __init__(self, library: NoeLibrary) -> None:
         self.library = library
         self.lib = library.lib
-        self._context: _CTX | None = None
+        self._context: ContextPointer | None = None
 
     def __enter__(self) -> Session:
         self.open()
@@ -200,7 +210,7 @@ class Session:
                 self.lib.noe_deinit_context(context)
 
     @property
-    def context(self) -> _CTX:
+    def context(self) -> ContextPointer:
         if not self._context:
             raise NpuError("the NPU context is closed")
         return self._context

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from npuctl.child import run_module
-from npuctl.errors import ModelError, NpuctlError, NpuError
+from npuctl.errors import ExitCode, ModelError, NpuctlError, NpuError
 
 _TIMEOUT_SECONDS = 120
 
@@ -36,7 +36,7 @@ def probe_model(library: Path, model: Path) -> dict[str, list[dict[str, object]]
             )
         raise ModelError(f"checking {model} failed: {result.problem}")
     if "error" in result.answer:
-        raise NpuctlError(str(result.answer["error"]), int(result.answer["code"]))
+        raise NpuctlError(str(result.answer["error"]), _exit_code(result.answer["code"]))
     return result.answer
 
 
@@ -60,3 +60,11 @@ def _child(library: str, model: str) -> int:
 
 if __name__ == "__main__":
     sys.exit(_child(sys.argv[1], sys.argv[2]))
+
+
+def _exit_code(value: object) -> ExitCode:
+    """The child's exit code, as npuctl's; one it does not know is an NPU failure."""
+    try:
+        return ExitCode(int(str(value)))
+    except ValueError:
+        return ExitCode.NPU

@@ -210,8 +210,8 @@ class ClipTokenizer:
         reach = (limit + 1) * _MAX_SYMBOL_BYTES
         budget = reach
         if len(text) <= budget:  # short enough to encode whole (the usual case)
-            ids = self.encode(text)
-            return ids[:limit], len(ids) > limit
+            whole_ids = self.encode(text)
+            return whole_ids[:limit], len(whole_ids) > limit
         while True:
             prefix, whole, last_complete = _prefix(text, budget)
             pieces, ascii_text = self._pieces(prefix)

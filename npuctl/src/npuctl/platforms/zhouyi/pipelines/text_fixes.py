@@ -20,7 +20,7 @@ from html.entities import html5
 try:
     import ftfy
 except ImportError:  # Debian 12
-    ftfy = None
+    ftfy = None  # type: ignore[assignment]
 
 EXACT = ftfy is not None
 CLEANING = f"ftfy {ftfy.__version__}" if ftfy is not None else "built-in (no mojibake repair)"

@@ -93,7 +93,7 @@ def decode(
             COCO_CLASSES[int(class_ids[k])],
             int(class_ids[k]),
             float(confidences[k]),
-            tuple(float(v) for v in boxes[i]),
+            (float(boxes[i][0]), float(boxes[i][1]), float(boxes[i][2]), float(boxes[i][3])),
         )
         for i, k in enumerate(keep)
     ]
