@@ -65,8 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fetch(config_path: Path) -> Path:
-    config = load_config(config_path)
+def _fetch(config: Config) -> Path:
     tarball = os.environ.get("UPSTREAM_TARBALL") or None
     return fetch.fetch_upstream(
         config,
@@ -92,13 +91,13 @@ def _npuctl_drivers(args: argparse.Namespace) -> int:
 
 def _described(args: argparse.Namespace) -> Config:
     """The package the command is about, at --version-suffix's version where it has one."""
-    config = load_config(args.config)
+    config: Config = args.described
     suffix = getattr(args, "version_suffix", None)
     return config.with_local_suffix(suffix) if suffix else config
 
 
 def _fetch_command(args: argparse.Namespace) -> int:
-    print(_fetch(args.config))
+    print(_fetch(args.described))
     return ExitCode.OK
 
 
@@ -146,7 +145,7 @@ def _patch(args: argparse.Namespace) -> int:
     from .patching import patched_copy
 
     config = _described(args)
-    print(patched_copy(_fetch(args.config), args.destination, config.patches_dir))
+    print(patched_copy(_fetch(args.described), args.destination, config.patches_dir))
     return ExitCode.OK
 
 
@@ -160,7 +159,7 @@ def _render(args: argparse.Namespace) -> int:
 def _source_tree(args: argparse.Namespace) -> int:
     from .package import source_tree
 
-    print(source_tree(_described(args), _fetch(args.config), args.build_dir))
+    print(source_tree(_described(args), _fetch(args.described), args.build_dir))
     return ExitCode.OK
 
 
@@ -180,7 +179,7 @@ def _deb(args: argparse.Namespace) -> int:
 
     config = _described(args)
     lintian = not args.no_lintian
-    upstream = _fetch(args.config)
+    upstream = _fetch(args.described)
     for artifact in build_packages(config, upstream, args.build_dir, args.dist, lintian=lintian):
         print(artifact)
     return ExitCode.OK
@@ -207,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command not in ("packages", "npuctl-drivers"):
             args.config = args.config or config_path(args.package)
-            load_config(args.config)  # a broken description is the first thing said
+            # Read once, before anything else: a broken description is the first thing said.
+            args.described = load_config(args.config)
         return COMMANDS[args.command](args)
     except BuildError as error:
         print(f"pipeline: error: {error}", file=sys.stderr)
