@@ -111,7 +111,7 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml tools/pypro
 	rm -rf $(OLDEST_VENV)
 	$(OLDEST_PYTHON) -m venv --system-site-packages $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check \
-		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e ./tools -e './npuctl[rocket,onnx,serve,watch]'
+		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e ./tools -e './npuctl[families,onnx,serve,watch]'
 	touch $@
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
@@ -164,16 +164,15 @@ k8s: $(DEPS_STAMP)
 		--output $(DIST)/k8s/npuctl-serve-device-plugin.yaml
 
 ## lint: ruff and shellcheck
-# Every family's package, against npuctl.platform's interface and its own types; every
-# serving adapter against its own.
-TYPED_INTERFACES = npuctl/src/npuctl/platform.py npuctl/src/npuctl/families.py \
-	npuctl/src/npuctl/platforms npuctl/src/npuctl/serve/families
+# All of npuctl: each family against npuctl.platform's interface, each serving adapter
+# against its own, and the shared parts that call them.
+TYPED = npuctl/src/npuctl
 lint: $(DEPS_STAMP)
 	$(VENV)/bin/ruff check --config tools/pyproject.toml tools tests npuctl
 	$(VENV)/bin/ruff format --config tools/pyproject.toml --check tools tests npuctl
 	$(VENV)/bin/lint-imports --no-cache tools/pyproject.toml
 	$(PY) -m pipeline.family_lint
-	$(PY) -m mypy --config-file tools/pyproject.toml $(TYPED_INTERFACES)
+	$(PY) -m mypy --config-file tools/pyproject.toml $(TYPED)
 	shellcheck tools/*.sh .ci/run tools/rocket_emu/guest/init
 
 clean:

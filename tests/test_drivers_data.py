@@ -2,6 +2,7 @@
 owner: npuctl's drivers.json is that description, regenerated, and every file under
 provision/ belongs to exactly one package or provision action."""
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,22 @@ def test_the_build_refuses_a_drifted_copy_and_names_the_fix(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def test_the_families_extras_are_generated_from_the_descriptions(tmp_path):
+    text = npuctl_drivers.PYPROJECT.read_text()
+    extras = tomllib.loads(text)["project"]["optional-dependencies"]
+    for name in package_names():
+        config = load_package(name)
+        if config.npuctl_requires:
+            assert extras[config.npuctl_platform] == list(config.npuctl_requires)
+        else:
+            assert config.npuctl_platform not in extras
+        assert set(config.npuctl_requires) <= set(extras["families"])
+    drifted = tmp_path / "pyproject.toml"
+    drifted.write_text(text.replace("families = [", 'families = ["more>=1", '))
+    with pytest.raises(BuildError, match=r"families' extras do not match .*make drivers-data"):
+        npuctl_drivers.check(project=drifted)
+
+
 def test_npuctl_reads_the_same_driver_the_package_is_built_from():
     for name in package_names():
         config = load_package(name)
@@ -40,6 +57,7 @@ def test_npuctl_reads_the_same_driver_the_package_is_built_from():
             config.platform_driver,
         )
         assert driver.device_node == config.device["node"]
+        assert driver.python_requires == config.npuctl_requires
         assert driver.board_files == tuple(f.installed_path for f in config.board_files)
 
 

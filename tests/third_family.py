@@ -94,10 +94,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from npuctl.errors import ExitCode, NpuctlError
-from npuctl.platform import BenchRun, Platform
+from npuctl.platform import BenchRun, Board, Platform
 
 if TYPE_CHECKING:
     from npuctl.cdi.spec import NpuEdits
+    from npuctl.doctor.chain import Step
     from npuctl.doctor.findings import Report
     from npuctl.doctor.run import Options
     from npuctl.provision.actions import Action, Request
@@ -120,19 +121,36 @@ class Demo(Platform):
         found = "example,demo-npu" in (system.read(NODE) or "")
         return "device-tree node npu@1000" if found else None
 
-    def check(self, system: System, options: Options, report: Report) -> None:
+    def check_board(self, system: System, report: Report) -> Board | None:
+        where = self.locate(system)
+        return Board(where) if where else None
+
+    def check_driver(
+        self, system: System, options: Options, report: Report, board: Board
+    ) -> list[Step]:
+        from npuctl.doctor.chain import Step
         from npuctl.doctor.findings import Finding, Status
 
-        present = system.stat(DEVICE) is not None
-        report.add(
-            Finding(
-                "demo.device",
-                "driver",
-                Status.OK if present else Status.FAIL,
-                f"Demo NPU: {DEVICE} " + ("present" if present else "missing"),
-                fix="" if present else "sudo apt install demo-dkms",
+        def device() -> bool:
+            present = system.stat(DEVICE) is not None
+            report.add(
+                Finding(
+                    "demo.device",
+                    "driver",
+                    Status.OK if present else Status.FAIL,
+                    f"Demo NPU: {DEVICE} " + ("present" if present else "missing"),
+                    fix="" if present else "sudo apt install demo-dkms",
+                )
             )
-        )
+            return present
+
+        return [Step("device", "demo.device", "driver", DEVICE, device)]
+
+    def check_user_space(self, system: System, options: Options, report: Report) -> list[Step]:
+        return []
+
+    def check_models(self, system: System, options: Options, report: Report) -> list[Step]:
+        return []
 
     def default_provision(self, request: Request) -> list[str]:
         return ["group"]
@@ -222,6 +240,7 @@ def _description(commit: str, tree_id: str) -> dict:
             "board": "the demo board (demo)",
             "models": ["no model yet"],
         },
+        npuctl_requires=["demo-runtime>=1.0"],
         upstream_version="1.0.0",
         summary="DKMS source for the demo NPU driver (demo board)",
         description="Source of the {{ module }} kernel module of the demo NPU, built by DKMS "
@@ -256,7 +275,6 @@ def _description(commit: str, tree_id: str) -> dict:
     document["board_files"] = [{"file": f"60-{PACKAGE}.rules.j2", "to": "usr/lib/udev/rules.d"}]
     document["lab"] = {
         "probe_evidence": "demo npu probed",
-        "acpi": False,
         "distribution_kernels": {
             "armbian-current-rockchip64": "build",
             "sky1-linux": "build",

@@ -51,7 +51,7 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
 	"$python" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,rocket,onnx,serve,watch,orjson,uvloop]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e './tools[dev]' -e './npuctl[ftfy,families,onnx,serve,watch,orjson,uvloop]'
 
 # With no init system nothing mounts binfmt_misc or enables qemu-aarch64; the arm64 targets
 # need both. Where this machine cannot (no root, a kernel or container without binfmt_misc)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.config import Config, load_package, package_names
+from pipeline.config import AcpiBoots, Config, load_package, package_names
 
 INITRAMFS_HOOKS = "/usr/share/initramfs-tools/hooks/"
 
@@ -21,7 +21,9 @@ class Driver:
     device_tree_node: str  # added to QEMU's own device tree
     probe_evidence: str  # text in the kernel log once the probe has run
     device_node: str = ""  # a character device the driver creates where it can (/dev/...)
-    acpi: bool = False  # boots with the ACPI descriptions of tools/kernel_lab/acpi too
+    acpi: AcpiBoots | None = field(
+        default=None, hash=False
+    )  # UEFI boots with ACPI descriptions of the NPU, if given
     initramfs_hook: str = ""  # the initramfs-tools hook the package installs, if any
     acpi_id: str = ""  # the ACPI hardware id the firmware describes the NPU by
     # Code compiled in only where the kernel exports what it calls: name -> symbols it imports.

@@ -91,18 +91,51 @@ class BoardFile:
 
 
 @dataclass(frozen=True)
+class AcpiVariant:
+    """One SSDT the NPU is described by in a UEFI boot, and what the kernel log must say."""
+
+    name: str
+    title: str
+    values: dict[str, object]  # the table's variables, the defaults filled in
+    expect: str
+
+
+@dataclass(frozen=True)
+class AcpiBoots:
+    table: str  # Jinja ASL, rendered once per variant
+    variants: tuple[AcpiVariant, ...]
+
+
+@dataclass(frozen=True)
 class Lab:
     """How the kernel lab makes the module probe in QEMU."""
 
     device_tree_node: str  # added to QEMU's own device tree
     probe_evidence: str  # text in the kernel log once the probe has run
-    acpi: bool  # boots with the ACPI descriptions of tools/kernel_lab/acpi too
+    acpi: AcpiBoots | None  # UEFI boots with ACPI descriptions of the NPU too, where given
     # Code compiled in only where the kernel exports what it calls: name -> the symbols a
     # module built with it imports.
     optional_code: dict[str, tuple[str, ...]]
     # Simulated distribution kernel -> "build", "build with <optional code>" or the reasons
     # DKMS skips it.
     distribution_kernels: dict[str, str | tuple[str, ...]]
+
+
+def _acpi_boots(data: dict[str, Any] | None) -> AcpiBoots | None:
+    if data is None:
+        return None
+    return AcpiBoots(
+        table=data["table"],
+        variants=tuple(
+            AcpiVariant(
+                name=variant["name"],
+                title=variant["title"],
+                values={**data["defaults"], **variant.get("values", {})},
+                expect=variant.get("expect", data["expect"]),
+            )
+            for variant in data["variants"]
+        ),
+    )
 
 
 def _web(repository: str) -> str:
@@ -117,6 +150,7 @@ class Config:
     npuctl_platform: str  # npuctl's platform package for this NPU
     # How npuctl's package descriptions name this NPU: {npu, board, models}.
     npuctl_description: dict[str, object]
+    npuctl_requires: tuple[str, ...]  # PyPI requirements: npuctl's extra of the platform's name
     upstream_version: str
     debian_revision: str
     maintainer: str
@@ -338,6 +372,7 @@ def load_config(path: Path) -> Config:
         platform_driver=text("package.platform_driver"),
         npuctl_platform=text("package.npuctl_platform"),
         npuctl_description=dict(data["package"]["npuctl_description"]),
+        npuctl_requires=tuple(data["package"].get("npuctl_requires", ())),
         upstream_version=text("package.upstream_version"),
         debian_revision=text("package.debian_revision"),
         maintainer=text("package.maintainer"),
@@ -366,7 +401,7 @@ def load_config(path: Path) -> Config:
         lab=Lab(
             device_tree_node=text("lab.device_tree_node"),
             probe_evidence=text("lab.probe_evidence"),
-            acpi=bool(lab.get("acpi", False)),
+            acpi=_acpi_boots(lab.get("acpi")),
             optional_code={
                 name: tuple(symbols) for name, symbols in lab.get("optional_code", {}).items()
             },

@@ -8,8 +8,10 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -115,7 +117,7 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-def with_platform_options(command: click.Command) -> click.Command:
+def with_platform_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Each platform's global options (its runtime's library, timeouts ...)."""
     for platform in reversed(all_platforms()):
         for option in reversed(platform.global_options):

@@ -21,6 +21,7 @@ class Driver:
     package: str  # the Debian package that builds it with DKMS
     module: str  # the .ko (and the DKMS module name)
     platform: str  # npuctl's platform package for this NPU
+    python_requires: tuple[str, ...]  # what it needs from PyPI (npuctl's extra of its name)
     platform_driver: str  # /sys/bus/platform/drivers/<name> once loaded
     device_node: str  # under /dev; may be a glob (accel/accel*)
     device_subsystem: str  # misc, accel: for udevadm trigger
@@ -63,6 +64,7 @@ def all_drivers() -> tuple[Driver, ...]:
             package=entry["package"],
             module=entry["module"],
             platform=entry["platform"],
+            python_requires=tuple(entry["python_requires"]),
             platform_driver=entry["platform_driver"],
             device_node=entry["device"]["node"],
             device_subsystem=entry["device"]["subsystem"],

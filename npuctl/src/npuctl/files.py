@@ -42,7 +42,10 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
 
 
 def write_text_atomically(target: Path, text: str) -> None:
-    write_atomically(target, lambda path: path.write_text(text, encoding="utf-8"))
+    def write(path: Path) -> None:
+        path.write_text(text, encoding="utf-8")
+
+    write_atomically(target, write)
 
 
 def check_writable_file(target: Path, what: str) -> str | None:

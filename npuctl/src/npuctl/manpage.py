@@ -54,7 +54,9 @@ def _command(name: str, command: click.Command, parent: click.Context) -> list[s
         lines += [".PP", "Options:", ".RS", *options, ".RE"]
     if isinstance(command, click.Group):
         for sub in command.list_commands(context):
-            lines += _command(sub, command.get_command(context, sub), context)
+            found = command.get_command(context, sub)
+            if found is not None:
+                lines += _command(sub, found, context)
     return lines
 
 
@@ -73,7 +75,10 @@ def render() -> str:
         ".SH COMMANDS",
     ]
     for name in cli.list_commands(root):
-        section = _command(name, cli.get_command(root, name), root)
+        command = cli.get_command(root, name)
+        if command is None:
+            continue
+        section = _command(name, command, root)
         if name in PARTS:  # after the heading and the synopsis
             section[2:2] = [".PP", _roff(f"Installed by the {PARTS[name].package} package.")]
         lines += section
@@ -96,7 +101,9 @@ def _platform_variables() -> list[tuple[str, str]]:
     found = []
     for platform in all_platforms():
         for decorate in platform.global_options:
-            option = decorate(click.Command("probe")).params[0]
+            probe = click.Command("probe")
+            decorate(probe)  # an option decorating a command adds itself to its params
+            option = probe.params[0]
             if isinstance(option, click.Option) and isinstance(option.envvar, str):
                 found.append((option.envvar, f"as {option.opts[0]}: {option.help}"))
     return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -21,11 +21,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def matrix(labels: Sequence[str], columns: Sequence[str], values: object) -> str:
+def matrix(labels: Sequence[str], columns: Sequence[str], values: Iterable[Iterable[float]]) -> str:
     rows = [
         [label, *[f"{float(v):.3f}" for v in row]]
         for label, row in zip(labels, values, strict=True)
-    ]  # type: ignore[call-overload]
+    ]
     return table(["", *[_short(c) for c in columns]], rows)
 
 

@@ -9,9 +9,12 @@ the family's heavy modules (runtime, doctor chain, pipelines) when it runs, so t
 families costs nothing. The stages, in the order a board goes through them:
 
 1. ``locate``: detect the board (where the firmware describes the NPU);
-2. ``check``: the doctor's findings, in dependency order: the driver, the user space, the
-   models each loaded in a child process first, then run, post-processed and compared with
-   the CPU (the golden check);
+2. the doctor's stages, which it runs as one chain in this order (a failed prerequisite skips
+   what depends on it, saying why): ``check_board`` (the NPU described and enabled),
+   ``check_driver`` (the kernel side, ending in the device node), ``check_user_space`` (the
+   libraries and runtime that drive it, each proven in a child process first) and
+   ``check_models`` (each model loaded in a child process first, then an input prepared, run,
+   post-processed and compared with the CPU or a reference: the golden check);
 3. ``provision`` and ``default_provision``: finish the board's set-up;
 4. ``bench``: time a model's stages;
 5. ``run_commands`` and ``commands``: run the models from the command line;
@@ -26,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
@@ -34,6 +37,7 @@ from .errors import ExitCode, NpuctlError
 
 if TYPE_CHECKING:
     from .cdi.spec import NpuEdits
+    from .doctor.chain import Step
     from .doctor.findings import Report
     from .doctor.run import Options
     from .embedder import Embedder
@@ -42,7 +46,8 @@ if TYPE_CHECKING:
     from .settings import Settings
     from .system import System
 
-Decorator = Callable[[click.Command], click.Command]
+# click.option(...): what it decorates is a function until click.command makes it a command.
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,14 @@ class BenchRun:
     iterations: int
     warmup: int
     shown: bool  # a progress bar on the terminal
+
+
+@dataclass(frozen=True)
+class Board:
+    """What the doctor's board stage found."""
+
+    where: str  # where the firmware describes the NPU ("ACPI device CIXH4000:00")
+    cores: int = 1  # the NPU cores it enables
 
 
 @dataclass(frozen=True)
@@ -99,8 +112,24 @@ class Platform(ABC):
         """Where the NPU is described on this machine ("ACPI device CIXH4000:00"), or None."""
 
     @abstractmethod
-    def check(self, system: System, options: Options, report: Report) -> None:
-        """Append the family's doctor findings, after the shared platform finding."""
+    def check_board(self, system: System, report: Report) -> Board | None:
+        """The board finding: the NPU described and enabled. None when it is not, after
+        reporting why and the stages it therefore skips."""
+
+    @abstractmethod
+    def check_driver(
+        self, system: System, options: Options, report: Report, board: Board
+    ) -> list[Step]:
+        """The kernel side as chain steps, ending in the device node (the step "device")."""
+
+    @abstractmethod
+    def check_user_space(self, system: System, options: Options, report: Report) -> list[Step]:
+        """The libraries and runtime that drive the NPU, each proven in a child process."""
+
+    @abstractmethod
+    def check_models(self, system: System, options: Options, report: Report) -> list[Step]:
+        """Each model loaded in a child process first, then an input prepared, run,
+        post-processed and compared with the CPU or a reference (the golden check)."""
 
     @abstractmethod
     def default_provision(self, request: Request) -> list[str]:

@@ -4,7 +4,9 @@ idempotent, with --dry-run and --undo."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,7 +32,7 @@ def _action_names() -> list[str]:
     return names + list(SHARED_ACTIONS)
 
 
-def with_provision_options(command: click.Command) -> click.Command:
+def with_provision_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for platform in reversed(all_platforms()):
         for option in reversed(platform.provision_options):
             command = option(command)

@@ -10,6 +10,7 @@ from ..families import absent_reasons, all_platforms, chosen
 from ..models.manifest import Manifest
 from ..platform import Platform
 from ..system import System
+from .chain import run_chain
 from .findings import NO_NPU_FIX, Finding, Report, Status
 
 
@@ -41,9 +42,24 @@ def run_doctor(system: System, options: Options, forced: str | None = None) -> R
         report.add(_no_npu(machine, board))
         return report
     report.facts["platform"] = platform.name
-    platform.check(system, options, report)
+    check_stages(system, platform, options, report)
     check_cdi_spec(system, platform, options, report)
     return report
+
+
+def check_stages(system: System, platform: Platform, options: Options, report: Report) -> None:
+    """The family's stages, in one chain: the board, the driver, the user space, the models."""
+    board = platform.check_board(system, report)
+    if board is None:
+        return
+    run_chain(
+        [
+            *platform.check_driver(system, options, report, board),
+            *platform.check_user_space(system, options, report),
+            *platform.check_models(system, options, report),
+        ],
+        report,
+    )
 
 
 def check_cdi_spec(system: System, platform: Platform, options: Options, report: Report) -> None:

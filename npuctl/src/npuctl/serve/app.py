@@ -281,8 +281,9 @@ class Api:
                 400, f"the form is not well formed ({message})"[:300], "invalid_request"
             ) from None
         fields: dict[str, bytes] = {}
-        for name, value in form.items():
-            fields.setdefault(name, value.encode() if isinstance(value, str) else bytes(value))
+        for name, value in form.items():  # urlencoded: text only (files come in _parts)
+            if isinstance(value, str):
+                fields.setdefault(name, value.encode())
         return fields
 
     async def _parts(self, request: web.Request) -> dict[str, bytes]:
@@ -391,7 +392,10 @@ class Api:
                     if not done.done():
                         done.set_result(None)
 
-                work.notify = lambda settle=settle: loop.call_soon_threadsafe(settle)
+                def notify(settle: Callable[[], None] = settle) -> None:
+                    loop.call_soon_threadsafe(settle)
+
+                work.notify = notify
                 if work.done:
                     settle()
                 hung = work.deadline + self.service.limits.deadline

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ExitCode, NpuctlError
@@ -38,7 +39,7 @@ def load_key(path: Path | None) -> bytes | None:
     return key
 
 
-def bearer(headers: dict[str, str]) -> bytes | None:
+def bearer(headers: Mapping[str, str]) -> bytes | None:
     scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None

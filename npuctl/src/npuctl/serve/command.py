@@ -311,7 +311,9 @@ async def _run(
     # client's inputs are then skipped by the NPU), and wait shutdown_timeout for handlers
     # at cleanup (the drain came first).
     newer = "handler_cancellation" in inspect.signature(web.Server.__init__).parameters
-    since_3_9 = {"shutdown_timeout": 1.0, "handler_cancellation": True} if newer else {}
+    since_3_9: dict[str, Any] = (
+        {"shutdown_timeout": 1.0, "handler_cancellation": True} if newer else {}
+    )
     runner = web.AppRunner(
         api.application(),
         **since_3_9,
@@ -361,8 +363,8 @@ async def _run(
         await loop.run_in_executor(None, service.wait_idle, limits.deadline + 5)
     finally:
         watchdog_stop.set()
-        for server in servers:
-            server.close()
+        for listening in servers:
+            listening.close()
         await runner.cleanup()
         if socket_path is not None:
             socket_path.unlink(missing_ok=True)
@@ -415,8 +417,12 @@ async def _listen(
     loop = asyncio.get_running_loop()
     limits = service.limits
 
+    protocols = runner.server
+    if protocols is None:
+        raise RuntimeError("the runner serves nothing before its setup")
+
     def guarded(budget: Budget) -> Callable[[], Guard]:
-        return lambda: Guard(runner.server(), budget, head, service.metrics, guards)
+        return lambda: Guard(protocols(), budget, head, service.metrics, guards)
 
     servers: list[asyncio.AbstractServer] = []
     try:
@@ -435,8 +441,8 @@ async def _listen(
             # Anyone who may reach 127.0.0.1 may use the socket too; the folder decides more.
             socket_path.chmod(0o666)
     except OSError as error:
-        for server in servers:
-            server.close()
+        for listening in servers:
+            listening.close()
         await runner.cleanup()
         where = f"{address[0]}:{address[1]}" if address and not servers else str(socket_path)
         raise NpuctlError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,7 @@ def metadata(model: ServedModel, platform: str) -> dict[str, Any]:
     }
 
 
-def parse(body: bytes, headers: dict[str, str], model: ServedModel) -> InferRequest:
+def parse(body: bytes, headers: Mapping[str, str], model: ServedModel) -> InferRequest:
     header_length = headers.get(HEADER_LENGTH)
     if header_length is not None:
         try:

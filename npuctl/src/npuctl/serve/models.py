@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 DETECTION, CLASSIFICATION, EMBEDDING = "detection", "classification", "embedding"
 
 # KServe v2 / Triton datatype names of the numpy types a model may take or give.
-V2_DATATYPES = {
+V2_DATATYPES: dict[np.dtype, str] = {
     np.dtype(np.uint8): "UINT8",
     np.dtype(np.int8): "INT8",
     np.dtype(np.uint16): "UINT16",
@@ -34,7 +34,7 @@ V2_DATATYPES = {
     np.dtype(np.float32): "FP32",
     np.dtype(np.float64): "FP64",
 }
-NUMPY_OF_V2 = {name: dtype for dtype, name in V2_DATATYPES.items()}
+NUMPY_OF_V2: dict[str, np.dtype] = {name: dtype for dtype, name in V2_DATATYPES.items()}
 
 
 @dataclass(frozen=True)

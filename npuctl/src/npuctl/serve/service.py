@@ -353,9 +353,9 @@ class Service:
         outputs, work = self._infer(model.key, tensors, peer_gone)
         finished = time.perf_counter()
         if task == DETECTION:
-            found = model.detections(
+            found = model.detections(  # type: ignore[attr-defined]  # a Detector, by its task
                 outputs, context, asked.min_confidence, self.limits.max_detections
-            )  # type: ignore[attr-defined]
+            )
             answer = vision_api.detection_reply(
                 found, size, self.limits.max_detections, finished - started
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ class Embedding(Protocol):
 class ServerEmbedding:
     def __init__(self, address: str, timeout: float = 60) -> None:
         self.where = address
+        self._connect: Callable[[], http.client.HTTPConnection]
         if address.startswith("unix:"):
             self._connect = lambda: UnixHTTPConnection(Path(address[5:]), timeout)
         else:

@@ -135,7 +135,7 @@ class Store:
 
     def save_baseline(self, state: dict[str, np.ndarray]) -> None:
         buffer = io.BytesIO()
-        np.savez(buffer, **state)
+        np.savez(buffer, **state)  # type: ignore[arg-type]  # numpy's stub reads 'allow_pickle'
         with self.db:
             self.db.execute(
                 "INSERT OR REPLACE INTO baseline (key, value) VALUES ('detector', ?)",

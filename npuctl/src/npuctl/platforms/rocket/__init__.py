@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from npuctl.platform import BenchRun, LazyCommand, Platform
+from npuctl.platform import BenchRun, Board, LazyCommand, Platform
 
 if TYPE_CHECKING:
     from npuctl.cdi.spec import NpuEdits
+    from npuctl.doctor.chain import Step
     from npuctl.doctor.findings import Report
     from npuctl.doctor.run import Options
     from npuctl.provision.actions import Action, Request
@@ -71,10 +72,27 @@ class Rocket(Platform):
         found = [c for c in compatibles(system) if c.startswith(SOC)]
         return f"{found[0]} SoC in the device tree" if found else None
 
-    def check(self, system: System, options: Options, report: Report) -> None:
+    def check_board(self, system: System, report: Report) -> Board | None:
         from . import doctor
 
-        doctor.check(system, options, report)
+        return doctor.check_board(system, report)
+
+    def check_driver(
+        self, system: System, options: Options, report: Report, board: Board
+    ) -> list[Step]:
+        from . import doctor
+
+        return doctor.driver_steps(system, report, board)
+
+    def check_user_space(self, system: System, options: Options, report: Report) -> list[Step]:
+        from . import doctor
+
+        return doctor.user_space_steps(system, options, report)
+
+    def check_models(self, system: System, options: Options, report: Report) -> list[Step]:
+        from . import doctor
+
+        return doctor.model_steps(system, options, report)
 
     def default_provision(self, request: Request) -> list[str]:
         return list(self.provision_actions)

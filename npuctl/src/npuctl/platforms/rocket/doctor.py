@@ -1,8 +1,8 @@
-"""The rocket checks as a declared chain: SoC and device tree, the vendor rknpu stack, the
-kernel's accel core, the rocket driver's shared checks (headers, DKMS or the kernel's own
-copy, Secure Boot, the module, bound), the three cores, the device node, then Mesa Teflon,
-the TFLite runtime, memory (the >4 GB IOMMU bug), a delegate probe in a child and the golden
-check (NPU against CPU). A step whose needs failed is skipped, saying why."""
+"""The rocket doctor's stages. The board: SoC and device tree. The driver: the vendor rknpu
+stack, the kernel's accel core, the rocket driver's shared checks (headers, DKMS or the
+kernel's own copy, Secure Boot, the module, bound), the three cores, the device node. The user
+space: Mesa Teflon, the TFLite runtime, memory (the >4 GB IOMMU bug), a delegate probe in a
+child. The models: the golden check (NPU against CPU), each model in a child."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 from npuctl.child import run_module
-from npuctl.doctor.chain import Step, run_chain
+from npuctl.doctor.chain import Step
 from npuctl.doctor.dkms_driver import DriverChecks, UnboundExplainer, kernel_config
 from npuctl.doctor.findings import NO_NPU_FIX, Finding, Report, Status, skip
 from npuctl.doctor.run import Options, board_name
 from npuctl.drivers import for_platform
 from npuctl.models.store import Lock, verify
+from npuctl.platform import Board
 from npuctl.system import System
 
 from . import DEFAULT_DELEGATE, PLATFORM, late_load
@@ -35,8 +36,11 @@ MEMORY_WORKAROUND = "mem=3838M"
 BLACKLIST = next(iter(DRIVER.board_files_named("blacklist-rknpu.conf")), "")
 
 
-def check(system: System, options: Options, report: Report) -> None:
-    delegate = Path(str(options.platform_options.get("delegate") or DEFAULT_DELEGATE))
+def _delegate(options: Options) -> Path:
+    return Path(str(options.platform_options.get("delegate") or DEFAULT_DELEGATE))
+
+
+def check_board(system: System, report: Report) -> Board | None:
     enabled = _platform(system, report)
     if not enabled:
         for finding_id, what in (
@@ -44,76 +48,85 @@ def check(system: System, options: Options, report: Report) -> None:
             ("user-space", "Teflon, runtime and NPU"),
         ):
             skip(report, finding_id, finding_id.split("-")[0], what, "no RK3588 NPU")
-        return
-    driver = DriverChecks(system, DRIVER, report, explain_unbound=_late_load_explainer(system))
+        return None
+    return Board(PLATFORM.locate(system) or "", enabled)
 
+
+def driver_steps(system: System, report: Report, board: Board) -> list[Step]:
+    driver = DriverChecks(system, DRIVER, report, explain_unbound=_late_load_explainer(system))
+    return [
+        Step(
+            "vendor",
+            "vendor.rknpu",
+            "vendor",
+            "Vendor rknpu stack",
+            lambda: _vendor(system, report),
+            failed="the vendor rknpu driver holds the NPU",
+        ),
+        Step(
+            "kernel",
+            "kernel.accel",
+            "kernel",
+            "Kernel accel core",
+            lambda: _kernel(system, report),
+            ("vendor",),
+            "the kernel has no DRM accel core",
+        ),
+        *driver.steps(needs=("kernel",)),
+        Step(
+            "cores",
+            "cores.probed",
+            "cores",
+            "NPU cores",
+            lambda: _cores(system, report, board.cores),
+            ("bound",),
+            "the NPU cores did not probe",
+        ),
+        driver.device_step(needs=("cores",)),
+    ]
+
+
+def user_space_steps(system: System, options: Options, report: Report) -> list[Step]:
+    delegate = _delegate(options)
+    return [
+        Step(
+            "teflon",
+            "teflon.installed",
+            "teflon",
+            "Mesa Teflon",
+            lambda: _teflon(system, report, delegate),
+            failed="Teflon is not usable",
+        ),
+        Step(
+            "runtime",
+            "runtime.litert",
+            "runtime",
+            "TFLite runtime",
+            lambda: _runtime(report),
+            failed="no TFLite runtime",
+        ),
+        Step("memory", "memory.iommu", "memory", "Memory", lambda: _memory(system, report)),
+        Step(
+            "delegate",
+            "delegate.probe",
+            "delegate",
+            "Delegate probe",
+            lambda: _delegate_probe(system, report, delegate, options.timeout_s),
+            ("teflon", "device"),
+            "the delegate does not load",
+        ),
+    ]
+
+
+def model_steps(system: System, options: Options, report: Report) -> list[Step]:
     def golden() -> bool | None:
         if options.quick:
             skip(report, "golden", "golden", "Golden check", "--quick")
             return None
-        _golden(system, options, report, delegate)
+        _golden(system, options, report, _delegate(options))
         return None
 
-    run_chain(
-        [
-            Step(
-                "vendor",
-                "vendor.rknpu",
-                "vendor",
-                "Vendor rknpu stack",
-                lambda: _vendor(system, report),
-                failed="the vendor rknpu driver holds the NPU",
-            ),
-            Step(
-                "kernel",
-                "kernel.accel",
-                "kernel",
-                "Kernel accel core",
-                lambda: _kernel(system, report),
-                ("vendor",),
-                "the kernel has no DRM accel core",
-            ),
-            *driver.steps(needs=("kernel",)),
-            Step(
-                "cores",
-                "cores.probed",
-                "cores",
-                "NPU cores",
-                lambda: _cores(system, report, enabled),
-                ("bound",),
-                "the NPU cores did not probe",
-            ),
-            driver.device_step(needs=("cores",)),
-            Step(
-                "teflon",
-                "teflon.installed",
-                "teflon",
-                "Mesa Teflon",
-                lambda: _teflon(system, report, delegate),
-                failed="Teflon is not usable",
-            ),
-            Step(
-                "runtime",
-                "runtime.litert",
-                "runtime",
-                "TFLite runtime",
-                lambda: _runtime(report),
-                failed="no TFLite runtime",
-            ),
-            Step("memory", "memory.iommu", "memory", "Memory", lambda: _memory(system, report)),
-            Step(
-                "delegate",
-                "delegate.probe",
-                "delegate",
-                "Delegate probe",
-                lambda: _delegate_probe(system, report, delegate, options.timeout_s),
-                ("teflon", "device"),
-                "the delegate does not load",
-            ),
-            Step("golden", "golden", "golden", "Golden check", golden, ("delegate", "runtime")),
-        ],
-        report,
-    )
+    return [Step("golden", "golden", "golden", "Golden check", golden, ("delegate", "runtime"))]
 
 
 def _platform(system: System, report: Report) -> int:

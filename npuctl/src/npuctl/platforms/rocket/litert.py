@@ -12,13 +12,24 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from npuctl.drivers import for_platform
 from npuctl.errors import ExitCode, NpuctlError
 
+from . import PLATFORM
+
 RUNTIME_DIR = "/var/lib/npuctl/python"
-REQUIREMENT = "ai-edge-litert>=2.3"
 MISSING_FIX = (
     "sudo npuctl provision --only litert (or: pip install 'npuctl[rocket]' in npuctl's environment)"
 )
+
+
+def requirement() -> str:
+    """The runtime's version range, as the driver's description declares it (npuctl_requires)."""
+    return next(
+        needed
+        for needed in for_platform(PLATFORM.name).python_requires
+        if needed.startswith("ai-edge-litert")
+    )
 
 
 class RuntimeMissing(NpuctlError):

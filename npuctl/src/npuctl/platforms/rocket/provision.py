@@ -18,7 +18,7 @@ from npuctl.provision.site_files import file_action, for_action
 from npuctl.system import System
 
 from .doctor import TEFLON_MINIMUM, TEFLON_PACKAGE, teflon_release, teflon_version
-from .litert import REQUIREMENT, RUNTIME_DIR
+from .litert import RUNTIME_DIR, requirement
 
 SUITE = "trixie-backports"  # the suite whose Mesa drives rocket (Mesa >= 25.3)
 
@@ -78,6 +78,7 @@ def _teflon_action(system: System) -> Action:
 
 def _litert_action(system: System) -> Action:
     target = system.path(RUNTIME_DIR)
+    needed = requirement()
     install = (
         "python3",
         "-m",
@@ -86,12 +87,12 @@ def _litert_action(system: System) -> Action:
         "--quiet",
         "--target",
         str(target),
-        REQUIREMENT,
+        needed,
     )
 
     return Action(
         "litert",
-        f"install the TFLite runtime {REQUIREMENT} into {RUNTIME_DIR} (not packaged by Debian)",
+        f"install the TFLite runtime {needed} into {RUNTIME_DIR} (not packaged by Debian)",
         lambda: (target / "ai_edge_litert").is_dir(),
         lambda: run_command(system, *install),
         lambda: shutil.rmtree(target, ignore_errors=True),

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from npuctl.platform import BenchRun, LazyCommand, Platform
+from npuctl.platform import BenchRun, Board, LazyCommand, Platform
 
 if TYPE_CHECKING:
     from npuctl.cdi.spec import NpuEdits
+    from npuctl.doctor.chain import Step
     from npuctl.doctor.findings import Report
     from npuctl.doctor.run import Options
     from npuctl.embedder import Embedder
@@ -98,10 +99,27 @@ class Zhouyi(Platform):
                 return f"device-tree node {path.rsplit('/', 2)[-2]}"
         return None
 
-    def check(self, system: System, options: Options, report: Report) -> None:
-        from .doctor import check
+    def check_board(self, system: System, report: Report) -> Board | None:
+        from . import doctor
 
-        check(system, options, report)
+        return doctor.check_board(system, report)
+
+    def check_driver(
+        self, system: System, options: Options, report: Report, board: Board
+    ) -> list[Step]:
+        from . import doctor
+
+        return doctor.driver_steps(system, report)
+
+    def check_user_space(self, system: System, options: Options, report: Report) -> list[Step]:
+        from . import doctor
+
+        return doctor.user_space_steps(system, options, report)
+
+    def check_models(self, system: System, options: Options, report: Report) -> list[Step]:
+        from . import doctor
+
+        return doctor.model_steps(system, options, report)
 
     def default_provision(self, request: Request) -> list[str]:
         return [
