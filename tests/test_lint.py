@@ -205,3 +205,18 @@ def test_shellcheck():
         pytest.skip("shellcheck is not installed: run 'make deps'")
     result = run("shellcheck", *SHELL_SCRIPTS)
     assert result.returncode == 0, result.stdout
+
+
+def test_a_program_of_the_tree_is_found_where_it_runs(tmp_path: Path):
+    """QEMU's build runs ../configure from its build folder: the path is the folder's."""
+    from pipeline.errors import BuildError
+    from pipeline.tools import run as run_tool
+
+    (tmp_path / "configure").write_text("#!/bin/sh\necho configured\n")
+    (tmp_path / "configure").chmod(0o755)
+    (tmp_path / "build").mkdir()
+    result = run_tool(["../configure"], cwd=tmp_path / "build", failure="configure")
+    assert result.stdout == "configured\n"
+    with pytest.raises(BuildError) as raised:
+        run_tool(["../missing"], cwd=tmp_path / "build", failure="configure")
+    assert str(raised.value) == f"configure: {tmp_path / 'build' / '../missing'} does not exist"

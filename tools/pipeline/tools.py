@@ -60,7 +60,13 @@ def run(
     """The one way the tools run a program: a missing tool, a timeout and (with ``check``) a
     failure each raise BuildError with one line, ``failure`` and the last line the program
     wrote. Output is captured, or with ``output`` written there (stderr too)."""
-    require_tool(str(command[0]))
+    program = str(command[0])
+    if "/" in program:  # a program of the tree being built (../configure): no package has it
+        where = (cwd or Path.cwd()) / program
+        if not where.is_file():
+            raise BuildError(f"{failure}: {where} does not exist", code)
+    else:
+        require_tool(program)
     arguments = [str(part) for part in command]
     try:
         result = subprocess.run(
