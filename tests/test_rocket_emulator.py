@@ -12,12 +12,14 @@ otherwise."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from npuctl.platforms.rocket.golden import TOLERANCE as GOLDEN_TOLERANCE
 from pipeline.atomic import write_atomically
 from rocket_emu import board, guest_root, qemu_build, sources
 from rocket_emu.__main__ import missing_from_cache
@@ -56,6 +59,8 @@ BUILDERS = {
     "conv1x1-16-8x8-int8": dict(layers=[ConvLayer(16)], size=8, channels=16, signed=True),
 }
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
+CORES = ("fdab0000", "fdac0000", "fdad0000")  # the board's three NPU cores, by address
+CONCURRENT = 3  # clients at once: one per core
 LABELS = "labels_mobilenet_quant_v1_224.txt"
 
 
@@ -120,7 +125,45 @@ def emulated(request, tmp_path_factory) -> board.Run:
         )  # fmt: skip
         return {"exit": result.returncode, "body": result.stdout, "stderr": result.stderr}
 
-    run = board.boot(PINS, qemu, guest, cases, at_boot, WORK, classify)
+    def infer(port: int, tensor: np.ndarray) -> dict:
+        """A Triton client's request: the input tensor as binary data, the output as JSON.
+        No decode or resize on the board: the NPU's share of a request is the largest."""
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        meta = json.loads(_get(connection, "/v2/models/mobilenet"))["inputs"][0]
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": meta["name"],
+                        "shape": meta["shape"],
+                        "datatype": meta["datatype"],
+                        "parameters": {"binary_data_size": tensor.nbytes},
+                    }
+                ]
+            }
+        ).encode()
+        connection.request(
+            "POST",
+            "/v2/models/mobilenet/infer",
+            body=header + tensor.tobytes(),
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
+        response = connection.getresponse()
+        answer = {"status": response.status, "body": response.read().decode()}
+        connection.close()
+        return answer
+
+    def served_on_every_core(port: int) -> dict:
+        """A DeepStack request alone, then CONCURRENT Triton clients at once, each sending
+        the same tensor in turn: the server's three NPU owners take them side by side."""
+        first = classify(port)
+        tensor = np.random.default_rng(7).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
+        alone = [infer(port, tensor) for _ in range(CONCURRENT)]
+        with ThreadPoolExecutor(CONCURRENT) as clients:
+            answers = list(clients.map(lambda _: infer(port, tensor), range(CONCURRENT * 4)))
+        return {"classify": first, "alone": alone, "infer": answers}
+
+    run = board.boot(PINS, qemu, guest, cases, at_boot, WORK, served_on_every_core)
     print(f"\nemulated board: one boot {run.seconds} s; console: {WORK / 'console.log'}")
     _report(run, qemu, guest)
     return run
@@ -151,6 +194,22 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
 
 
+def _differences(outputs: list[list[int]]) -> str:
+    """Each answer against the first, in order: its top class and largest difference."""
+    first = np.array(outputs[0])
+    return "; ".join(
+        f"{index}: top {int(np.argmax(output))}, "
+        f"difference {int(np.abs(np.array(output) - first).max())}"
+        for index, output in enumerate(outputs)
+    )
+
+
+def _get(connection: http.client.HTTPConnection, path: str) -> str:
+    connection.request("GET", path)
+    response = connection.getresponse()
+    return response.read().decode()
+
+
 def _finding(run: board.Run, finding_id: str) -> dict:
     doctor = run.first("doctor")
     assert doctor is not None and doctor["report"], "npuctl doctor gave no report"
@@ -160,9 +219,11 @@ def _finding(run: board.Run, finding_id: str) -> dict:
     return found[0]
 
 
-def test_the_backports_kernel_boots_and_rocket_probes_the_enabled_core(emulated):
+def test_the_backports_kernel_boots_and_rocket_probes_the_three_cores(emulated):
     assert f"LAB: booted {PINS.release}" in emulated.console
-    assert re.search(r"rocket \S+: Rockchip NPU core \d+ version", emulated.dmesg), "probe"
+    probed = re.findall(r"rocket (\w+)\.\S+: Rockchip NPU core \d+ version", emulated.dmesg)
+    assert sorted(probed) == list(CORES), probed
+    assert len(CORES) == PINS.data["machine"]["cores_enabled"]
     assert "LAB: accel node after" in emulated.console, "no /dev/accel/accel0"
     assert "NPU job timed out" not in emulated.dmesg
     assert not re.search(r"Oops|Kernel panic|BUG:", emulated.console)
@@ -187,12 +248,12 @@ def test_rocket_is_the_dkms_build_of_this_projects_package(emulated):
 # What npuctl doctor must say on the emulated board, finding by finding: what it has is ok;
 # what it lacks is the finding the doctor exists for, with its fix.
 EXPECTED_FINDINGS = {
-    # The machine's device tree enables only the last of the three cores.
-    "platform.npu": ("failure", "npu-core@fdab0000, npu-core@fdac0000 are disabled", "overlay"),
+    # The machine's device tree enables the three cores, as the board's does.
+    "platform.npu": ("ok", "3 NPU core nodes enabled", None),
     "vendor.rknpu": ("ok", "No vendor rknpu driver loaded", None),
     "kernel.headers": ("ok", f"Kernel {PINS.release} with its headers", None),
     "module.bound": ("ok", "Driver: rocket bound to", None),
-    "cores.probed": ("ok", "1 NPU core probed", None),
+    "cores.probed": ("ok", "3 NPU cores probed", None),
     "device.node": ("ok", "/dev/accel/accel0", None),
     "teflon.installed": ("ok", f"Mesa Teflon {PINS.guest['teflon']['version']}", None),
     "runtime.litert": ("ok", "TFLite runtime", None),
@@ -250,11 +311,39 @@ def test_npuctl_serve_classifies_over_the_forwarded_port(emulated):
     serve = emulated.first("serve")
     assert serve is not None and serve["ready"], serve
     assert not emulated.serve_error, emulated.serve_error
-    answer = emulated.served
+    answer = emulated.served["classify"]
     assert answer["exit"] == 0, answer
     body = json.loads(answer["body"])
     assert body["success"] is True and len(body["predictions"]) == 3, body
     assert body["predictions"][0]["label"].startswith("class ")
+
+
+def test_npuctl_serve_spreads_its_jobs_over_the_three_cores(emulated):
+    """npuctl serve --workers 3 with three Triton clients at once: every core ran jobs (its
+    interrupt count, one per job, grew while they were served), and every answer, alone or
+    side by side, has the same top class and is within Mesa's tolerance of the first."""
+    serve = emulated.first("serve")
+    assert serve is not None and serve["ready"], serve
+    assert not emulated.serve_error, emulated.serve_error
+    answers = emulated.served["infer"]
+    assert len(answers) == CONCURRENT * 4
+    assert all(answer["status"] == 200 for answer in answers), answers[0]
+    outputs = [
+        json.loads(answer["body"])["outputs"][0]["data"]
+        for answer in [*emulated.served["alone"], *answers]
+    ]
+    # Identical answers are the aim (docs/emulated-board.md, known gaps): today some
+    # elements of an answer differ by one step from another's, within Mesa's tolerance.
+    first = np.array(outputs[0])
+    assert all(np.argmax(output) == np.argmax(first) for output in outputs), _differences(outputs)
+    assert all(np.abs(np.array(output) - first).max() <= GOLDEN_TOLERANCE for output in outputs), (
+        _differences(outputs)
+    )
+    jobs = {
+        core: sum(count for line, count in serve["core_jobs"].items() if core in line)
+        for core in CORES
+    }
+    assert all(count > 0 for count in jobs.values()), (serve["core_jobs"], serve["accel_files"])
 
 
 @pytest.mark.parametrize(

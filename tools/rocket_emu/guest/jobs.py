@@ -17,6 +17,7 @@ DEBS = Path("/lab/debs")
 MODELS = CASES / "models"
 TEFLON = "/usr/lib/teflon/libteflon.so"
 PORT = 8000
+WORKERS = 3  # the RK3588's NPU cores
 CHILD_SECONDS = 900
 ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_TIMEOUT": "900"}
 # The execution plan after Teflon took what it runs: which ops are left to the CPU.
@@ -128,8 +129,43 @@ def cases() -> None:
         )
 
 
+def npu_interrupts() -> dict[str, int]:
+    """Each NPU interrupt line's count (one per job its core ran), keyed "IRQ NAME" as
+    /proc/interrupts names it (rocket names a core's line after its device)."""
+    counts = {}
+    for line in Path("/proc/interrupts").read_text().splitlines():
+        fields = line.split()
+        if fields and fields[0].endswith(":") and ("npu" in line or "rocket" in line):
+            counts[f"{fields[0][:-1]} {fields[-1]}"] = sum(
+                int(field) for field in fields[1:] if field.isdigit()
+            )
+    return counts
+
+
+def accel_files(pid: int) -> dict[str, object]:
+    """A process's open accel files (each one the kernel schedules for on its own) and their
+    DRM client ids where fdinfo gives them."""
+    files, clients = 0, set()
+    for link in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if not str(link.readlink()).startswith("/dev/accel/"):
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{link.name}").read_text()
+        except OSError:
+            continue
+        files += 1
+        clients.update(
+            line.split()[-1] for line in info.splitlines() if line.startswith("drm-client-id")
+        )
+    return {"files": files, "clients": sorted(clients)}
+
+
 def serve() -> None:
-    command = ["npuctl", "serve", "--host", "0.0.0.0", "--port", str(PORT), "--models", "mobilenet"]
+    """npuctl serve with one NPU owner per core, as on the board (npuctl serve --workers 3)."""
+    command = [
+        "npuctl", "serve", "--host", "0.0.0.0", "--port", str(PORT),
+        "--models", "mobilenet", "--workers", str(WORKERS),
+    ]  # fmt: skip
     server = subprocess.Popen(command, env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + CHILD_SECONDS
     ready = False
@@ -139,16 +175,32 @@ def serve() -> None:
                 ready = answer.status == 200
         except (urllib.error.URLError, OSError):
             time.sleep(1)
+    before: dict[str, int] = {}
+    after: dict[str, int] = {}
+    files: dict[str, object] = {}
     if ready:
+        before = npu_interrupts()
         print("LAB: serve ready", flush=True)
         sys.stdin.readline()  # the host writes a line when its requests are done
+        after = npu_interrupts()
+        files = accel_files(server.pid)
     server.terminate()
     try:
         _, stderr = server.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         server.kill()
         _, stderr = server.communicate()
-    result("serve", {"ready": ready, "exit": server.returncode, "stderr": stderr[-1500:]})
+    jobs = {core: after[core] - before.get(core, 0) for core in after}
+    result(
+        "serve",
+        {
+            "ready": ready,
+            "exit": server.returncode,
+            "stderr": stderr[-1500:],
+            "core_jobs": jobs,
+            "accel_files": files,
+        },
+    )
 
 
 def mounts() -> None:
