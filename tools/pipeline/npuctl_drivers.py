@@ -81,8 +81,9 @@ def pyproject(current: str, target: Path = PYPROJECT) -> str:
 def write(target: Path = DRIVERS_JSON, project: Path = PYPROJECT) -> Path:
     write_atomically(target, document())
     current = project.read_text(encoding="utf-8")
-    if pyproject(current, project) != current:
-        write_atomically(project, pyproject(current, project))
+    updated = pyproject(current, project)
+    if updated != current:
+        write_atomically(project, updated)
     return target
 
 
