@@ -8,7 +8,7 @@ import sys
 
 from pipeline.report_page import generate
 
-REPORT_SCHEMA = 1
+REPORT_SCHEMA = 2
 
 
 def _minutes(seconds: float | None) -> str:
@@ -52,6 +52,20 @@ def render(report: dict, source: str) -> str:
         verdict = golden.get("verdict") or golden.get("error") or "no result"
         passed = "passed" if golden.get("passed") else "failed"
         lines.append(f"| {name} | {case['expect']} | {passed}: {verdict} | {case['seconds']} |")
+    served = report["served"]
+    cores = served["core_jobs"]
+    lines += [
+        "",
+        f"`npuctl serve --workers 3` with the served model ({served['model']}): the doctor's",
+        f'golden check says "{served["golden"]}". Of its {served["answers"]} answers to the',
+        "same input (one at a time, then three clients at once), the largest element difference",
+        f"from the first is {served['largest_difference']}. Jobs each core ran meanwhile (its",
+        "interrupts):",
+        "",
+        "| " + " | ".join(f"core {core}" for core in cores) + " |",
+        "|" + "---|" * len(cores),
+        "| " + " | ".join(str(count) for count in cores.values()) + " |",
+    ]
     return "\n".join(lines) + "\n"
 
 
