@@ -32,7 +32,7 @@ from rocket_emu import board, guest_root, qemu_build, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
-from testkit.tflite_models import MOBILENET_V1_BODY, ConvLayer, conv_stack
+from testkit.tflite_models import MOBILENET_V1_BODY, MOBILENET_V2_BODY, ConvLayer, conv_stack
 
 from .test_patches import DEP3_FIELDS
 
@@ -62,6 +62,17 @@ BUILDERS = {
     ),
     "conv1x1-1024-288-7x7": dict(layers=[ConvLayer(288)], size=7, channels=1024),
     "conv1x1-1024-352-7x7": dict(layers=[ConvLayer(352)], size=7, channels=1024),
+    "inverted-residual-24-56x56": dict(
+        layers=[
+            ConvLayer(24, linear=True),
+            ConvLayer(144),
+            ConvLayer(0, depthwise=True),
+            ConvLayer(24, linear=True, residual=True),
+        ],
+        size=56,
+        channels=24,
+    ),
+    "mobilenet-v2-classifier": dict(layers=MOBILENET_V2_BODY, size=224, classes=1001),
 }
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
 CORES = ("fdab0000", "fdac0000", "fdad0000")  # the board's three NPU cores, by address

@@ -429,6 +429,7 @@ def pooled_classifier(path: Path, *, size: int = 224, classes: int = 1001, seed:
 # -- convolution stacks: what Teflon hands to the NPU ---------------------------------------
 Conv2DOptions = importlib.import_module("tflite.Conv2DOptions")
 DepthwiseConv2DOptions = importlib.import_module("tflite.DepthwiseConv2DOptions")
+AddOptions = importlib.import_module("tflite.AddOptions")
 RELU6 = 3  # ActivationFunctionType
 SAME = 0  # Padding
 
@@ -436,12 +437,16 @@ SAME = 0  # Padding
 @dataclass(frozen=True)
 class ConvLayer:
     """One convolution: ``depthwise`` 3x3 keeps the channels, otherwise ``kernel`` x
-    ``kernel`` to ``channels``."""
+    ``kernel`` to ``channels``. A ``linear`` one has no activation and a zero point in the
+    middle (MobileNetV2's projections); a ``residual`` one is added to the input of the
+    layer two before it (the input of an inverted-residual block)."""
 
     channels: int
     kernel: int = 1
     stride: int = 1
     depthwise: bool = False
+    linear: bool = False
+    residual: bool = False
 
 
 def _conv_options(layer: ConvLayer, activation: int) -> tuple[int, Callable]:
@@ -494,6 +499,9 @@ def conv_stack(
     ]
     operators: list[OpDef] = []
     current = 0
+    linear_q = (12 / 255, 128 + offset)  # [-6, 6]: a projection's output, and a sum's
+    scale = 6 / 255  # of the current tensor
+    layer_inputs: list[tuple[int, float]] = []
     if signed:
         tensors.append(
             TensorDef("input_int8", [1, size, size, channels], kind, quantization=activation_q)
@@ -513,9 +521,12 @@ def conv_stack(
         )
         weights = (rng.integers(64, 193, shape) + offset).astype(np.int8 if signed else np.uint8)
         # A bias of 2.0 keeps about two thirds of each layer's outputs above ReLU6's zero,
-        # so that 27 layers on, the activations still vary.
-        bias = np.full(out_channels, round(2.0 / (6 / 255 * weight_scale)), np.int32)
+        # so that 27 layers on, the activations still vary (a projection's is centred).
+        bias_value = 0.0 if layer.linear else 2.0
+        bias = np.full(out_channels, round(bias_value / (scale * weight_scale)), np.int32)
         size = -(-size // layer.stride)
+        output_q = linear_q if layer.linear else activation_q
+        layer_inputs.append((current, scale))
         tensors += [
             TensorDef(
                 f"weights_{number}", shape, kind, weights.tobytes(), (weight_scale, 128 + offset)
@@ -525,10 +536,10 @@ def conv_stack(
                 [out_channels],
                 TensorType.TensorType.INT32,
                 bias.tobytes(),
-                (6 / 255 * weight_scale, 0),
+                (scale * weight_scale, 0),
             ),
             TensorDef(
-                f"layer_{number}", [1, size, size, out_channels], kind, quantization=activation_q
+                f"layer_{number}", [1, size, size, out_channels], kind, quantization=output_q
             ),
         ]
         code = ops_enum.DEPTHWISE_CONV_2D if layer.depthwise else ops_enum.CONV_2D
@@ -537,13 +548,20 @@ def conv_stack(
                 code,
                 [current, len(tensors) - 3, len(tensors) - 2],
                 [len(tensors) - 1],
-                _conv_options(layer, activation),
+                _conv_options(layer, 0 if layer.linear else activation),
             )
         )
-        current, channels = len(tensors) - 1, out_channels
+        current, channels, scale = len(tensors) - 1, out_channels, output_q[0]
+        if layer.residual:
+            block_input, block_scale = layer_inputs[number - 2]
+            assert block_scale == linear_q[0], "a residual adds two projections' outputs"
+            current = _residual_add(
+                tensors, operators, current, block_input, (number, size, channels, kind)
+            )
     if classes:  # MobileNet's head: average over the picture, 1x1 convolution, flatten
         uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
-        tensors.append(TensorDef("pooled", [1, 1, 1, channels], kind, quantization=activation_q))
+        pooled_q = linear_q if scale == linear_q[0] else activation_q
+        tensors.append(TensorDef("pooled", [1, 1, 1, channels], kind, quantization=pooled_q))
         operators.append(
             OpDef(
                 ops_enum.AVERAGE_POOL_2D,
@@ -567,7 +585,7 @@ def conv_stack(
                 [classes],
                 int32,
                 np.zeros(classes, np.int32).tobytes(),
-                (6 / 255 * weight_scale, 0),
+                (pooled_q[0] * weight_scale, 0),
             ),
             TensorDef("logits", [1, 1, 1, classes], uint8, quantization=(0.1, 128)),
             TensorDef("logits_shape", [2], int32, np.array([1, classes], np.int32).tobytes()),
@@ -595,6 +613,68 @@ def conv_stack(
         operators.append(OpDef(ops_enum.QUANTIZE, [current], [len(tensors) - 1]))
         current = len(tensors) - 1
     return graph_model(path, tensors, operators, [0], [current], description)
+
+
+def _residual_add(
+    tensors: list[TensorDef],
+    operators: list[OpDef],
+    projection: int,
+    block_input: int,
+    layer: tuple[int, int, int, int],
+) -> int:
+    """ADD of a block's projection (first, as slim's ``net += input``) and its input, in the
+    projections' quantization; the sum's tensor index."""
+    number, size, channels, kind = layer
+    zero_point = 128 if kind == TensorType.TensorType.UINT8 else 0
+    tensors.append(
+        TensorDef(
+            f"sum_{number}", [1, size, size, channels], kind, quantization=(12 / 255, zero_point)
+        )
+    )
+    operators.append(
+        OpDef(
+            BuiltinOperator.BuiltinOperator.ADD,
+            [projection, block_input],
+            [len(tensors) - 1],
+            (BuiltinOptions.BuiltinOptions.AddOptions, _add_options),
+        )
+    )
+    return len(tensors) - 1
+
+
+def _add_options(builder: flatbuffers.Builder) -> int:
+    AddOptions.Start(builder)
+    AddOptions.AddFusedActivationFunction(builder, 0)
+    return AddOptions.End(builder)
+
+
+def _mobilenet_v2_body() -> list[ConvLayer]:
+    """MobileNetV2 1.0's body: a 3x3 convolution, 17 inverted-residual blocks (a 1x1
+    expansion by 6, a depthwise 3x3, a linear 1x1 projection, added to the block's input
+    where the shapes allow) and the 1x1 convolution to 1280 channels."""
+    layers = [ConvLayer(32, kernel=3, stride=2), ConvLayer(0, depthwise=True)]
+    layers.append(ConvLayer(16, linear=True))
+    channels = 16
+    for expansion, out, repeats, stride in (
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ):
+        for repeat in range(repeats):
+            step = stride if repeat == 0 else 1
+            layers += [
+                ConvLayer(channels * expansion),
+                ConvLayer(0, stride=step, depthwise=True),
+                ConvLayer(out, linear=True, residual=step == 1 and channels == out),
+            ]
+            channels = out
+    return [*layers, ConvLayer(1280)]
+
+
+MOBILENET_V2_BODY = _mobilenet_v2_body()
 
 
 # MobileNetV1 1.0's body: a 3x3 convolution, then 13 depthwise-separable blocks (27 layers).
