@@ -23,20 +23,22 @@ ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_
 # The execution plan after Teflon took what it runs: which ops are left to the CPU.
 # The graph's nodes once the interpreter is ready: a delegate that took ops adds a DELEGATE
 # node. The CPU reference runs without TFLite's default (XNNPACK) delegate.
-PLAN = """
-import sys
+PLANS = """
+import json, sys
 from npuctl.platforms.rocket.litert import load_module
 litert = load_module()
-options = {"model_path": sys.argv[1]}
-if len(sys.argv) > 2:
-    options["experimental_delegates"] = [litert.load_delegate(sys.argv[2])]
-else:
-    options["experimental_op_resolver_type"] = (
-        litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    )
-loaded = litert.Interpreter(**options)
-loaded.allocate_tensors()
-print([op["op_name"] for op in loaded._get_ops_details()])
+for model in sys.argv[2:]:
+    plans = {"model": model}
+    for side, options in (
+        ("plan", {"experimental_delegates": [litert.load_delegate(sys.argv[1])]}),
+        ("cpu_plan", {"experimental_op_resolver_type":
+            litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}),
+    ):
+        loaded = litert.Interpreter(model_path=model, **options)
+        loaded.allocate_tensors()
+        plans[side] = [op["op_name"] for op in loaded._get_ops_details()]
+        del loaded
+    print("PLANS " + json.dumps(plans), flush=True)
 """
 
 
@@ -104,13 +106,18 @@ def doctor() -> None:
 
 
 def cases() -> None:
+    """Every case's two plans from one interpreter process (each process start costs the
+    emulated board seconds), then npuctl's golden check of each, in its own child as the
+    doctor runs it."""
     listed = json.loads((CASES / "cases.json").read_text())
-    for case in listed:
-        model = str(CASES / case["file"])
-        code, out, err, _ = child([sys.executable, "-c", PLAN, model, TEFLON])
-        plan = last_json(out.replace("'", '"')) if code == 0 else None
-        cpu_code, cpu_out, _, _ = child([sys.executable, "-c", PLAN, model])
-        cpu_plan = last_json(cpu_out.replace("'", '"')) if cpu_code == 0 else None
+    models = [str(CASES / case["file"]) for case in listed]
+    _, out, err, _ = child([sys.executable, "-c", PLANS, TEFLON, *models])
+    plans = {}
+    for line in out.splitlines():
+        if line.startswith("PLANS "):
+            found = json.loads(line[len("PLANS ") :])
+            plans[found["model"]] = found
+    for case, model in zip(listed, models, strict=True):
         golden_code, golden_out, golden_err, golden_seconds = child(
             [sys.executable, "-m", "npuctl.platforms.rocket.probe", "golden", model, TEFLON]
         )
@@ -118,8 +125,8 @@ def cases() -> None:
             "case",
             {
                 "name": case["name"],
-                "plan": plan,
-                "cpu_plan": cpu_plan,
+                "plan": plans.get(model, {}).get("plan"),
+                "cpu_plan": plans.get(model, {}).get("cpu_plan"),
                 "plan_stderr": err[-600:],
                 "golden": last_json(golden_out),
                 "golden_exit": golden_code,
