@@ -190,11 +190,7 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
     case's verdict (docs/emulated-board-results.md is generated from it)."""
     install = run.first("install") or {}
     serve = run.first("serve") or {}
-    outputs = [
-        json.loads(answer["body"])["outputs"][0]["data"]
-        for answer in [*(run.served or {}).get("alone", []), *(run.served or {}).get("infer", [])]
-        if answer.get("status") == 200
-    ]
+    outputs = _served_outputs(run.served or {})
     doctor = {
         finding["id"]: finding
         for finding in (run.first("doctor") or {}).get("report", {}).get("checks", [])
@@ -225,6 +221,15 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
         },
     }
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
+
+
+def _served_outputs(served: dict) -> list[list[int]]:
+    """The output tensor of every answered request, the ones sent alone first."""
+    return [
+        json.loads(answer["body"])["outputs"][0]["data"]
+        for answer in [*served.get("alone", []), *served.get("infer", [])]
+        if answer.get("status") == 200
+    ]
 
 
 def _core_jobs(serve: dict) -> dict[str, int]:
@@ -376,11 +381,9 @@ def test_npuctl_serve_spreads_its_jobs_over_the_three_cores(emulated):
     assert not emulated.serve_error, emulated.serve_error
     answers = emulated.served["infer"]
     assert len(answers) == CONCURRENT * 4
-    assert all(answer["status"] == 200 for answer in answers), answers[0]
-    outputs = [
-        json.loads(answer["body"])["outputs"][0]["data"]
-        for answer in [*emulated.served["alone"], *answers]
-    ]
+    sent = [*emulated.served["alone"], *answers]
+    assert all(answer["status"] == 200 for answer in sent), sent[0]
+    outputs = _served_outputs(emulated.served)
     # Cores of one board compute the same: every answer is the first one, element for element.
     assert all(output == outputs[0] for output in outputs), _differences(outputs)
     jobs = _core_jobs(serve)

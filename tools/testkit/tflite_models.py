@@ -555,9 +555,10 @@ def conv_stack(
         if layer.residual:
             block_input, block_scale = layer_inputs[number - 2]
             assert block_scale == linear_q[0], "a residual adds two projections' outputs"
-            current = _residual_add(
-                tensors, operators, current, block_input, (number, size, channels, kind)
+            sum_tensor = TensorDef(
+                f"sum_{number}", [1, size, size, channels], kind, quantization=linear_q
             )
+            current = _residual_add(tensors, operators, current, block_input, sum_tensor)
     if classes:  # MobileNet's head: average over the picture, 1x1 convolution, flatten
         uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
         pooled_q = linear_q if scale == linear_q[0] else activation_q
@@ -620,17 +621,11 @@ def _residual_add(
     operators: list[OpDef],
     projection: int,
     block_input: int,
-    layer: tuple[int, int, int, int],
+    sum_tensor: TensorDef,
 ) -> int:
-    """ADD of a block's projection (first, as slim's ``net += input``) and its input, in the
-    projections' quantization; the sum's tensor index."""
-    number, size, channels, kind = layer
-    zero_point = 128 if kind == TensorType.TensorType.UINT8 else 0
-    tensors.append(
-        TensorDef(
-            f"sum_{number}", [1, size, size, channels], kind, quantization=(12 / 255, zero_point)
-        )
-    )
+    """ADD of a block's projection (first, as slim's ``net += input``) and its input into
+    ``sum_tensor``; the sum's tensor index."""
+    tensors.append(sum_tensor)
     operators.append(
         OpDef(
             BuiltinOperator.BuiltinOperator.ADD,
