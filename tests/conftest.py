@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,40 @@ def arm64_image_build(request, tmp_path_factory) -> Iterator[ImageBuild | None]:
     if process.poll() is None:  # the session ended first: the tool cleans up on SIGTERM
         process.terminate()
         process.wait(timeout=120)
+
+
+# A test module that defines this function has a setup of minutes that keeps one core busy
+# (QEMU's emulation thread): it starts with the session, in a thread, beside the other tests.
+# Called in the main thread with the session's request and a cancel event, the function
+# resolves the fixtures it needs (or skips) and returns the work the thread does.
+STARTED_BESIDE = "start_beside_the_tests"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def beside_the_tests(request) -> Iterator[dict[str, Future]]:
+    """Each collecting module's long setup, started at once: its result by module name."""
+    cancel = threading.Event()
+    started: dict[str, Future] = {}
+    modules = {item.module for item in request.session.items if item.module is not None}
+    with ThreadPoolExecutor(thread_name_prefix="beside") as pool:
+        for module in sorted(modules, key=lambda module: module.__name__):
+            start: Callable | None = getattr(module, STARTED_BESIDE, None)
+            if start is None:
+                continue
+            try:
+                work = start(request, cancel)
+            except (Exception, pytest.skip.Exception, pytest.fail.Exception) as error:
+                started[module.__name__] = Future()  # its fixture says why, in its turn
+                started[module.__name__].set_exception(error)
+                continue
+            started[module.__name__] = pool.submit(work)
+        yield started
+        cancel.set()  # a session that ended first (-x, an interrupt) waits for no boot
+
+
+def started_beside(request) -> object:
+    """The result of the requesting module's setup (its exception or skip, raised here)."""
+    return request.getfixturevalue("beside_the_tests")[request.module.__name__].result()
 
 
 @pytest.fixture(scope="session")

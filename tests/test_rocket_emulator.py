@@ -19,6 +19,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +36,7 @@ from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
 from testkit.tflite_models import MOBILENET_V1_BODY, MOBILENET_V2_BODY, ConvLayer, conv_stack
 
+from .conftest import started_beside
 from .test_patches import DEP3_FIELDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,8 +103,11 @@ def _debs_under_test(request, tmp_path_factory) -> Path:
     return dist
 
 
-@pytest.fixture(scope="module")
-def emulated(request, tmp_path_factory) -> board.Run:
+def start_beside_the_tests(request, cancel: threading.Event) -> Callable[[], board.Run]:
+    """The boot keeps one core busy for minutes (QEMU's emulation thread): it starts with
+    the session and runs beside the other tests. Here, in the session's thread: whether it
+    can run, and the .debs under test; the thread builds the cases and boots."""
+    tmp_path_factory = request.getfixturevalue("tmp_path_factory")
     if os.geteuid() != 0:
         pytest.skip("the emulated board's build needs root (mmdebstrap, binfmt)")
     reason = missing_from_cache(None)
@@ -116,6 +122,16 @@ def emulated(request, tmp_path_factory) -> board.Run:
     guest = guest_root.GuestRoot(sources.cache() / f"guest-{guest_root.cache_key(PINS, dist)}")
     at_boot = guest_root.debs_installed_at_boot(PINS, dist)
     cases = tmp_path_factory.mktemp("cases")
+    return lambda: _boot(qemu, guest, cases, at_boot, cancel)
+
+
+def _boot(
+    qemu: Path,
+    guest: guest_root.GuestRoot,
+    cases: Path,
+    at_boot: list[Path],
+    cancel: threading.Event,
+) -> board.Run:
     listed = []
     for name, arguments in BUILDERS.items():
         conv_stack(cases / f"{name}.tflite", **arguments, description=name)
@@ -179,9 +195,17 @@ def emulated(request, tmp_path_factory) -> board.Run:
             answers = list(clients.map(lambda _: infer(port, tensor), range(CONCURRENT * 4)))
         return {"classify": first, "alone": alone, "infer": answers}
 
-    run = board.boot(PINS, qemu, guest, cases, at_boot, WORK, served_on_every_core)
-    print(f"\nemulated board: one boot {run.seconds} s; console: {WORK / 'console.log'}")
+    run = board.boot(
+        PINS, qemu, guest, cases, at_boot, WORK, served_on_every_core, cancelled=cancel
+    )
     _report(run, qemu, guest)
+    return run
+
+
+@pytest.fixture(scope="module")
+def emulated(request) -> board.Run:
+    run = started_beside(request)
+    print(f"\nemulated board: one boot {run.seconds} s; console: {WORK / 'console.log'}")
     return run
 
 

@@ -5,6 +5,7 @@ host, the console kept in a log. While the guest serves, the host's requests run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -130,7 +131,10 @@ def boot(
     work: Path,
     while_serving: Callable[[int], Any],
     timeout: float = 1800,
+    cancelled: threading.Event | None = None,
 ) -> Run:
+    """One boot of the board: every job the guest runs, and ``while_serving``'s answer
+    while npuctl serve listens. ``cancelled`` (set by whoever waits no longer) ends QEMU."""
     initrd = _initrd(guest, cases, debs, work)
     port = free_port()
     log = work / "console.log"
@@ -160,9 +164,15 @@ def boot(
     reader.start()
     run = Run("", 0.0, debs_sent={deb.name.split("_")[0]: deb.name.split("_")[1] for deb in debs})
     deadline = started + timeout
-    while process.poll() is None and not ready.is_set() and time.monotonic() < deadline:
+    stop = cancelled or threading.Event()
+    while (
+        process.poll() is None
+        and not ready.is_set()
+        and not stop.is_set()
+        and time.monotonic() < deadline
+    ):
         ready.wait(1)
-    if ready.is_set():
+    if ready.is_set() and not stop.is_set():
         try:
             run.served = while_serving(port)
         except Exception as error:  # the guest must finish either way; the test says why
@@ -170,12 +180,13 @@ def boot(
         assert process.stdin is not None
         process.stdin.write("done\n")
         process.stdin.flush()
-    try:
-        process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
+    while process.poll() is None and not stop.is_set() and time.monotonic() < deadline:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=1)
+    if process.poll() is None:
         process.kill()
         process.wait()
-        lines.append("LAB: timeout\n")
+        lines.append("LAB: cancelled\n" if stop.is_set() else "LAB: timeout\n")
     reader.join(timeout=30)
     run.console = "".join(lines)
     run.seconds = round(time.monotonic() - started, 1)
