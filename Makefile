@@ -97,11 +97,11 @@ module: patch
 	$(MAKE) -C "$(KDIR)" M="$(CURDIR)/$(BUILD)/src" KCFLAGS=-Werror modules
 
 ## test: every test, then npuctl's tests again on the oldest supported dependencies, and the
-## board-image scenarios again as a user without root
+## board-image scenarios again as a user without root (those two side by side, each one's
+## output printed whole when it ends)
 test: $(DEPS_STAMP)
 	$(PY) -m pytest $(PYTEST) --durations=25 $(or $(PYTEST_ARGS),tests)
-	$(MAKE) --no-print-directory test-oldest
-	$(MAKE) --no-print-directory test-rootless
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-oldest test-rootless
 
 ## test-oldest: npuctl's tests on Debian 12's python3 packages (npuctl/constraints-oldest.txt)
 OLDEST_VENV := .venv-oldest

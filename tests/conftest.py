@@ -76,10 +76,11 @@ def arm64_image_build(request, tmp_path_factory) -> Iterator[ImageBuild | None]:
         process.wait(timeout=120)
 
 
-# A test module that defines this function has a setup of minutes that keeps one core busy
-# (QEMU's emulation thread): it starts with the session, in a thread, beside the other tests.
+# A test module that defines this function has a setup of minutes that keeps about a core
+# busy (QEMU, cross builds): it starts with the session, in a thread, beside the other tests.
 # Called in the main thread with the session's request and a cancel event, the function
-# resolves the fixtures it needs (or skips) and returns the work the thread does.
+# resolves the fixtures it needs (or skips) and returns the work the thread does. The setups
+# run one at a time, in their modules' order: two cores hold the tests and one of them.
 STARTED_BESIDE = "start_beside_the_tests"
 
 
@@ -89,7 +90,7 @@ def beside_the_tests(request) -> Iterator[dict[str, Future]]:
     cancel = threading.Event()
     started: dict[str, Future] = {}
     modules = {item.module for item in request.session.items if item.module is not None}
-    with ThreadPoolExecutor(thread_name_prefix="beside") as pool:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="beside") as pool:
         for module in sorted(modules, key=lambda module: module.__name__):
             start: Callable | None = getattr(module, STARTED_BESIDE, None)
             if start is None:

@@ -9,11 +9,13 @@ under test is called and where it sees that folder."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -384,9 +386,12 @@ def serve_answers(installed: Installed) -> None:
 
 
 def help_pages(installed: Installed) -> Iterator[tuple[tuple[str, ...], str]]:
-    """(command path, problem or '') for --help of the program and of every command."""
-    for path in [(), *command_paths()]:
-        result = installed(*path, "--help")
+    """(command path, problem or '') for --help of the program and of every command. The
+    processes are independent, so they run side by side, one per core."""
+    paths = [(), *command_paths()]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(lambda path: installed(*path, "--help"), paths))
+    for path, result in zip(paths, results, strict=True):
         usage = f"Usage: npuctl {' '.join(path)}".rstrip()
         if result.returncode != 0 or usage not in result.stdout:
             yield path, f"exit {result.returncode}: {(result.stderr or result.stdout)[-800:]}"

@@ -9,6 +9,9 @@ so every one of them must be skipped cleanly (no module, no failed DKMS state, a
 The full matrix, every flavour of every suite, is 'make check-kernels'."""
 
 import dataclasses
+import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -21,15 +24,42 @@ from pipeline.fetch import find_upstream
 from pipeline.package import build_packages
 from pipeline.patching import patched_copy
 
-from .conftest import require_chroot_support
+from .conftest import require_chroot_support, started_beside
 
 pytestmark = [pytest.mark.upstream, pytest.mark.chroot]
 
 
-@pytest.fixture(scope="module")
-def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
+def start_beside_the_tests(request, cancel: threading.Event) -> Callable[[], SuiteRun]:
+    """The run keeps about a core busy for four minutes (cross builds, QEMU boots): it starts
+    with the session and runs beside the other tests. Here, in the session's thread: whether
+    it can run, and the packages under test; the thread builds the rest and runs the lab."""
     require_chroot_support()
-    scratch = tmp_path_factory.mktemp("lifecycle")
+    values = {
+        name: request.getfixturevalue(name)
+        for name in ("config", "upstream_tree", "built_packages", "tmp_path_factory")
+    }
+    scratch = values["tmp_path_factory"].mktemp("lifecycle")
+    rocket_tree = find_upstream(load_package("rocket-dkms"))
+    if rocket_tree is None:
+        pytest.skip("rocket source not in the cache: run 'make fetch'")
+    return lambda: _suite_run(
+        values["config"],
+        values["upstream_tree"],
+        values["built_packages"],
+        rocket_tree,
+        scratch,
+        cancel,
+    )
+
+
+@pytest.fixture(scope="module")
+def suite_run(request) -> SuiteRun:
+    return started_beside(request)
+
+
+def _suite_run(
+    config, upstream_tree, built_packages, rocket_tree, scratch, cancel: threading.Event
+) -> SuiteRun:
     following = config.with_local_suffix("lab1")
     next_deb = next(
         path
@@ -55,7 +85,7 @@ def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
     sky1 = next(kernel for kernel in distribution_kernels.load() if kernel.name == "sky1-linux")
     # On the default suite's kernel rocket's reason is the accel core, not the in-tree driver.
     sky1 = dataclasses.replace(sky1, base_suite=DEFAULT_SUITE)
-    rocket = _rocket(scratch)
+    rocket = _rocket(rocket_tree, scratch)
     rocket = dataclasses.replace(
         rocket,
         driver=dataclasses.replace(
@@ -63,7 +93,9 @@ def suite_run(config, upstream_tree, built_packages, tmp_path_factory):
         ),
     )
     demo = _third_family(scratch)
-    run = SuiteRun(plan, [packages, rocket, demo], scratch / "lab", scratch / "lab.log", [sky1])
+    run = SuiteRun(
+        plan, [packages, rocket, demo], scratch / "lab", scratch / "lab.log", [sky1], cancel
+    )
     run.run()
     return run
 
@@ -97,11 +129,8 @@ def _third_family(scratch) -> Packages:
     )
 
 
-def _rocket(scratch) -> Packages:
+def _rocket(tree: Path, scratch: Path) -> Packages:
     rocket = load_package("rocket-dkms")
-    tree = find_upstream(rocket)
-    if tree is None:
-        pytest.skip("rocket source not in the cache: run 'make fetch'")
     builds = {}
     for config in (rocket, rocket.with_local_suffix("lab1")):
         artifacts = build_packages(

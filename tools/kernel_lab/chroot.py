@@ -104,7 +104,26 @@ class Chroot:
         self, command: str | Sequence[str], *, check: bool = True, timeout: float = 1800
     ) -> subprocess.CompletedProcess[str]:
         script = command if isinstance(command, str) else shlex.join(command)
-        result = run(
+        with self._apt_turn(script):
+            result = self._run(script, timeout)
+        if check and result.returncode != 0:
+            raise CommandFailed(script, result)
+        return result
+
+    @contextmanager
+    def _apt_turn(self, script: str) -> Iterator[None]:
+        """apt locks the archive directory without waiting, and chroots of one suite share
+        it (mounted()): their apt runs, in this process or another, take turns."""
+        if "apt-get" not in script:
+            yield
+            return
+        lock_path = cache_root() / "apt-archives" / f"{self.suite.name}.lock"
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _run(self, script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return run(
             [
                 "chroot",
                 self.root,
@@ -119,9 +138,6 @@ class Chroot:
             timeout=timeout,
             failure=f"in the {self.suite.name} chroot: {_one_line(script)}",
         )
-        if check and result.returncode != 0:
-            raise CommandFailed(script, result)
-        return result
 
     def refresh_lists(self) -> None:
         """The package lists of now, not of when the cached base was made (a stale sid base

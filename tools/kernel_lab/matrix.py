@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -52,8 +53,10 @@ class SuiteRun(BuildColumns, BootColumns, PackageColumns):
         workdir: Path,
         log: Path,
         distributions: list[distribution_kernels.DistributionKernel] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> None:
         self.plan = plan
+        self.cancelled = cancelled  # set: the run stops before its next step
         # The simulated distribution kernels derived here; by default those based on the suite.
         self.distributions = (
             distribution_kernels.for_suite(plan.suite.name)

@@ -4,6 +4,7 @@ what every column's steps share (the log, the timed cell)."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -96,6 +97,11 @@ class Plan:
     acpi: bool = True
 
 
+class RunCancelled(BaseException):
+    """The run's owner waits no longer: no step after this one (a BaseException, so that no
+    step's own failure handling takes it for that step's failure)."""
+
+
 class Recorder:
     """What every column of a suite's run shares: the suite, its log, and the cells it fills."""
 
@@ -106,12 +112,18 @@ class Recorder:
     log_path: Path
     rows: list[Row]
     distributions: list[distribution_kernels.DistributionKernel]
+    cancelled: threading.Event | None = None
+
+    def _go_on(self) -> None:
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise RunCancelled()
 
     def log(self, title: str, text: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as stream:
             stream.write(f"\n===== {title}\n{text}\n")
 
     def cell(self, row: Row, column: str, action: Callable[[], Cell]) -> Cell:
+        self._go_on()
         started = time.monotonic()
         try:
             result = action()
@@ -125,6 +137,7 @@ class Recorder:
 
     def _each(self, rows: list[Row], column: str, action: Callable[[], list[Cell]]) -> None:
         """One step shared by every package (one apt run): a cell for each package's row."""
+        self._go_on()
         started = time.monotonic()
         try:
             cells = action()
