@@ -33,6 +33,12 @@ def status(results: list[dict]) -> int:
     return NOT_RUN if any("not_run" in r for r in results) else MET
 
 
+def ratio_text(ratio: float) -> str:
+    """A ratio with the digits its verdict needs: below 1 a third decimal, so that 0.105
+    against a target of 0.10 does not read as 0.10."""
+    return f"{ratio:.3f}x" if ratio < 1 else f"{ratio:.2f}x"
+
+
 def print_rows(results: list[dict], bench: str) -> bool:
     """Print and report the rows; True when every row ran and met its target."""
     width = max(len(r["name"]) for r in results)
@@ -43,7 +49,7 @@ def print_rows(results: list[dict], bench: str) -> bool:
             continue
         print(
             f"{r['name']:{width}}  {r['ours']:10.3f}  {r['reference']:10.3f}  "
-            f"{r['ratio']:7.2f}x  {r['target']} [{'ok' if r['ok'] else 'MISSED'}]  "
+            f"{ratio_text(r['ratio']):>8}  {r['target']} [{'ok' if r['ok'] else 'MISSED'}]  "
             f"({r['unit']})"
         )
     write_report(results, bench)

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.report import SCHEMA
+from bench.report import SCHEMA, ratio_text
 from pipeline.atomic import write_atomically
 
 BENCHES = ("host-cost", "serve-cost", "watch-quality", "vision-cost", "hostile", "image-size")
@@ -30,7 +30,7 @@ def cell(row: dict | None) -> str:
     if "not_run" in row:
         return f"not run: {row['not_run']}"
     verdict = "ok" if row["ok"] else "**MISSED**"
-    return f"{row['ours']:.3f} vs {row['reference']:.3f}: {row['ratio']:.2f}x {verdict}"
+    return f"{row['ours']:.3f} vs {row['reference']:.3f}: {ratio_text(row['ratio'])} {verdict}"
 
 
 def render(quiet_dir: Path, busy_dir: Path) -> str:
