@@ -9,6 +9,7 @@ so every one of them must be skipped cleanly (no module, no failed DKMS state, a
 The full matrix, every flavour of every suite, is 'make check-kernels'."""
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -34,21 +35,16 @@ def start_beside_the_tests(request, cancel: threading.Event) -> Callable[[], Sui
     with the session and runs beside the other tests. Here, in the session's thread: whether
     it can run, and the packages under test; the thread builds the rest and runs the lab."""
     require_chroot_support()
-    values = {
-        name: request.getfixturevalue(name)
+    config, upstream_tree, built_packages, tmp_path_factory = (
+        request.getfixturevalue(name)
         for name in ("config", "upstream_tree", "built_packages", "tmp_path_factory")
-    }
-    scratch = values["tmp_path_factory"].mktemp("lifecycle")
+    )
+    scratch = tmp_path_factory.mktemp("lifecycle")
     rocket_tree = find_upstream(load_package("rocket-dkms"))
     if rocket_tree is None:
         pytest.skip("rocket source not in the cache: run 'make fetch'")
-    return lambda: _suite_run(
-        values["config"],
-        values["upstream_tree"],
-        values["built_packages"],
-        rocket_tree,
-        scratch,
-        cancel,
+    return functools.partial(
+        _suite_run, config, upstream_tree, built_packages, rocket_tree, scratch, cancel
     )
 
 

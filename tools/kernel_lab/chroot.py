@@ -82,10 +82,14 @@ class Chroot:
     def path(self, inside: str) -> Path:
         return self.root / inside.lstrip("/")
 
+    def _archives(self) -> Path:
+        """The suite's downloaded packages, shared by every chroot of the suite."""
+        return cache_root() / "apt-archives" / self.suite.name
+
     @contextmanager
     def mounted(self) -> Iterator[Chroot]:
         """/proc, /dev/pts, and the suite's shared apt archive so warm runs download nothing."""
-        archives = cache_root() / "apt-archives" / self.suite.name
+        archives = self._archives()
         archives.mkdir(parents=True, exist_ok=True)
         with ExitStack() as stack:
             for source, target, options in (
@@ -117,8 +121,8 @@ class Chroot:
         if "apt-get" not in script:
             yield
             return
-        lock_path = cache_root() / "apt-archives" / f"{self.suite.name}.lock"
-        with lock_path.open("w") as lock:
+        archives = self._archives()
+        with archives.with_name(f"{archives.name}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
