@@ -42,6 +42,7 @@ def test_a_layer_depends_on_the_content_alone(tmp_path: Path):
     second = write_layer(tree(tmp_path / "b", EPOCH + 99_999), tmp_path / "b.tar.gz", EPOCH)
     assert (first.digest, first.diff_id) == (second.digest, second.diff_id)
     assert first.path.read_bytes() == second.path.read_bytes()
+    assert first.path.read_bytes()[8] == 0  # gzip's XFL: the default level, as Docker writes
     with tarfile.open(first.path) as archive:
         members = {member.name: member for member in archive.getmembers()}
     assert set(members) >= {"dev", "tmp", "usr/bin/tool", "usr/bin/link", "usr/bin/same-tool"}

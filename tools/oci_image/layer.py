@@ -15,6 +15,7 @@ from typing import BinaryIO
 # A container runtime mounts its own /dev, /proc, /sys and /run, and /tmp is scratch: the
 # layer keeps these folders, never what a build left in them.
 EMPTIED = ("dev", "proc", "sys", "run", "tmp", "var/tmp")
+LEVEL = 6
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,12 @@ def write_layer(root: Path, target: Path, epoch: int) -> Layer:
     """Write ``root`` as a gzip-compressed tar to ``target``."""
     with target.open("wb") as raw:
         compressed = _Hashing(raw)
-        # mtime=0 and no file name: gzip's header then carries nothing of this build.
-        with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=0) as zipped:
+        # mtime=0 and no file name: gzip's header then carries nothing of this build. Level 6,
+        # the default of Docker's and containerd's gzip: level 9 took 3.3 times as long for
+        # 0.7 % fewer bytes (npuctl's 179 MB layer: 24.5 s against 7.4 s).
+        with gzip.GzipFile(
+            filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=LEVEL
+        ) as zipped:
             plain = _Hashing(zipped)  # type: ignore[arg-type]
             with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as archive:
                 for path in _entries(root):
