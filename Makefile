@@ -129,16 +129,18 @@ test-rootless: $(DEPS_STAMP)
 ## image: the container images of images/*.yaml (npuctl serve with each family's user space)
 ## for arm64 and amd64 in dist/images, from Debian's archive, PyPI and the .debs 'make deb'
 ## wrote (root; arm64 runs under qemu-user-static, which 'make deps' enables). IMAGES=npuctl,... and
-## ARCHITECTURES=amd64 narrow it; REGISTRY=host[:port]/path then pushes each image's
+## ARCHITECTURES=amd64 narrow it; builds run side by side, IMAGE_JOBS at a time (default: one a
+## CPU); REGISTRY=host[:port]/path then pushes each image's
 ## architectures under one name (REGISTRY_TLS_VERIFY=false for a plain-HTTP registry).
 IMAGES ?=
 ARCHITECTURES ?=
+IMAGE_JOBS ?=
 REGISTRY ?=
 REGISTRY_TLS_VERIFY ?= true
 IMAGE_TOOL = $(PY) -m oci_image --images "$(IMAGES)" --architectures "$(ARCHITECTURES)" \
 	--dist $(DIST)
 image: $(DEPS_STAMP)
-	$(IMAGE_TOOL) build --work $(BUILD)/images
+	$(IMAGE_TOOL) build --work $(BUILD)/images $(if $(IMAGE_JOBS),--jobs $(IMAGE_JOBS))
 	$(if $(REGISTRY),$(IMAGE_TOOL) push --registry $(REGISTRY) \
 		$(if $(filter false,$(REGISTRY_TLS_VERIFY)),--no-tls-verify))
 

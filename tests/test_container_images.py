@@ -267,10 +267,10 @@ def test_an_image_says_what_it_is_and_runs_as_a_fleet_expects(amd64_images: Path
         assert summary(amd64_images, name, "amd64")["uncompressed_bytes"] <= limit * 1e6
 
 
-def start_npuctl_amd64(dist: Path, work: Path) -> subprocess.Popen[str]:
+def start_amd64(dist: Path, work: Path, images: str = "npuctl") -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            *(sys.executable, "-m", "oci_image", "--dist", str(dist), "--images", "npuctl"),
+            *(sys.executable, "-m", "oci_image", "--dist", str(dist), "--images", images),
             *("--architectures", "amd64", "build", "--work", str(work)),
         ],
         stdout=subprocess.PIPE,
@@ -280,14 +280,17 @@ def start_npuctl_amd64(dist: Path, work: Path) -> subprocess.Popen[str]:
     )
 
 
-def wait_for_mounts(build: subprocess.Popen[str], work: Path) -> list[Path]:
-    """Until mmdebstrap has mounted the .debs inside the work folder (bounded)."""
+def wait_for_mounts(build: subprocess.Popen[str], *folders: Path) -> None:
+    """Until mmdebstrap has mounted the .debs inside each folder (bounded)."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and build.poll() is None:
-        if found := [p for p in workspace.mounts_inside(work) if p.name.endswith(".deb")]:
-            return found
+        if all(
+            any(p.name.endswith(".deb") for p in workspace.mounts_inside(folder))
+            for folder in folders
+        ):
+            return
         time.sleep(0.1)
-    raise AssertionError(f"no .deb was mounted in {work}: {build.poll()}")
+    raise AssertionError(f"no .deb was mounted in each of {folders}: {build.poll()}")
 
 
 def test_an_interrupted_build_cleans_up_and_the_next_gives_the_same_image(
@@ -302,7 +305,7 @@ def test_an_interrupted_build_cleans_up_and_the_next_gives_the_same_image(
         (signal.SIGINT, 130, "interrupted"),
         (signal.SIGTERM, 143, "stopped by SIGTERM"),
     ):
-        build = start_npuctl_amd64(again, work)
+        build = start_amd64(again, work)
         wait_for_mounts(build, work)
         build.send_signal(signum)
         _, stderr = build.communicate(timeout=120)
@@ -310,8 +313,18 @@ def test_an_interrupted_build_cleans_up_and_the_next_gives_the_same_image(
         assert stderr.strip().splitlines()[-1] == f"image: {said}; nothing is left mounted"
         assert workspace.mounts_inside(work) == []
         assert run("pgrep", "-f", f"mmdebstrap.*{work}").stdout == ""
+    # Two images built side by side, each in a thread of its own, which the signal does not
+    # reach: both builds stop and undo their mounts before the tool says so.
+    build = start_amd64(again, work, "npuctl,npuctl-rocket")
+    wait_for_mounts(build, work / "npuctl-amd64", work / "npuctl-rocket-amd64")
+    build.send_signal(signal.SIGTERM)
+    _, stderr = build.communicate(timeout=120)
+    assert build.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "image: stopped by SIGTERM; nothing is left mounted"
+    assert workspace.mounts_inside(work) == []
+    assert run("pgrep", "-f", f"mmdebstrap.*{work}").stdout == ""
     # Killed outright (the OOM killer, kill -9 of the job): its mounts stay behind ...
-    build = start_npuctl_amd64(again, work)
+    build = start_amd64(again, work)
     wait_for_mounts(build, work)
     mmdebstrap = run("pgrep", "-f", f"mmdebstrap.*{work}").stdout.split()
     build.kill()
@@ -385,6 +398,13 @@ def test_an_unreachable_archive_is_one_line_and_no_image(image_debs: Path, tmp_p
     assert result.returncode == 4
     assert "cannot reach Debian's archive at http://127.0.0.1:9/debian" in only_line(result)
     assert not (image_debs / "images").exists() or not list((image_debs / "images").glob(".*"))
+
+
+def test_a_count_of_builds_that_is_none_is_a_usage_error(tmp_path: Path):
+    result = image_tool(tmp_path, "build", "--jobs", "0", "--work", str(tmp_path / "w"))
+    assert result.returncode == 2
+    assert "'0' is not a count of builds (1 or more)" in result.stderr.splitlines()[-1]
+    assert "Traceback" not in result.stderr and not (tmp_path / "w").exists()
 
 
 def test_a_push_without_the_images_is_one_line(tmp_path: Path):

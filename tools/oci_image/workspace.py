@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -29,6 +30,10 @@ OWNER_FILE = ".build-owner"
 OWNER_TAG = f"{identity.NAME} image build"
 # How long a stopped build's processes get to finish their own clean-up before SIGKILL.
 GRACE_SECONDS = 20
+
+
+class Abandoned(BaseException):
+    """A build given up because another one beside it failed or was stopped."""
 
 
 class Stopped(BaseException):
@@ -136,15 +141,38 @@ def owned(folder: Path) -> Iterator[Path]:
         release(folder)
 
 
+_running_groups: set[subprocess.Popen] = set()
+_groups_lock = threading.Lock()
+_abandoning = threading.Event()
+
+
 def run_group(command: Sequence[str], **options: Any) -> int:
     """Run ``command`` in a process group of its own; if this process is stopped meanwhile,
-    the whole group is asked to stop (SIGTERM, so mmdebstrap cleans up), then killed."""
-    process = subprocess.Popen(command, start_new_session=True, **options)
+    the whole group is asked to stop (SIGTERM, so mmdebstrap cleans up), then killed. After
+    ``abandon_groups`` none starts."""
+    with _groups_lock:
+        if _abandoning.is_set():
+            raise Abandoned()
+        process = subprocess.Popen(command, start_new_session=True, **options)
+        _running_groups.add(process)
     try:
         return process.wait()
     except BaseException:
         _end_group(process)
         raise
+    finally:
+        with _groups_lock:
+            _running_groups.discard(process)
+
+
+def abandon_groups() -> None:
+    """For builds running in other threads, which a signal cannot reach: end every group
+    they run, so each thread's clean-up (its mounts) runs, and start no other."""
+    with _groups_lock:
+        _abandoning.set()
+        running = list(_running_groups)
+    for process in running:
+        _end_group(process)
 
 
 def _end_group(process: subprocess.Popen) -> None:
