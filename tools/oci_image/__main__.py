@@ -118,21 +118,23 @@ def main(argv: list[str] | None = None) -> int:
             build_all(pairs, args.dist, args.work, args.jobs)
             for definition in definitions:  # for npuctl k8s render --image
                 print(f"localhost/{definition.name}:{version}")
-        for definition in definitions if args.command == "push" else []:
-            architectures = chosen[definition.name]
-            archives = []
-            for architecture in architectures:
-                stem = definition.stem(version, architecture)
-                archive = args.dist / "images" / f"{stem}.oci.tar"
-                if not archive.is_file():
-                    raise ImageError(
-                        f"{archive} is missing: build it first ('make image')", ExitCode.INPUT
-                    )
-                archives.append(archive)
-            name = f"{args.registry.rstrip('/')}/{definition.name}:{version}"
-            push(name, archives, tls_verify=not args.no_tls_verify)
-            print(f"image: pushed {', '.join(architectures)} as one list", file=sys.stderr)
-            print(name)
+        else:
+            for definition in definitions:
+                architectures = chosen[definition.name]
+                archives = []
+                for architecture in architectures:
+                    stem = definition.stem(version, architecture)
+                    archive = args.dist / "images" / f"{stem}.oci.tar"
+                    if not archive.is_file():
+                        raise ImageError(
+                            f"{archive} is missing: build it first ('make image')",
+                            ExitCode.INPUT,
+                        )
+                    archives.append(archive)
+                name = f"{args.registry.rstrip('/')}/{definition.name}:{version}"
+                push(name, archives, tls_verify=not args.no_tls_verify)
+                print(f"image: pushed {', '.join(architectures)} as one list", file=sys.stderr)
+                print(name)
     except BuildError as error:  # an ImageError, or a program that failed or hung
         print(f"image: {error}", file=sys.stderr)
         return error.code
