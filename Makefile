@@ -32,9 +32,11 @@ $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
 	touch $@
 
 ## fetch: get, verify (git tree id) and cache every driver package's pinned upstream source
+# Every package is tried: one whose upstream cannot be reached does not keep the others'
+# sources (and their tests) away; the exit status says that one failed.
 fetch: $(DEPS_STAMP)
-	for package in $$($(BUILD_TOOL) packages); do \
-		$(BUILD_TOOL) --package $$package fetch; done
+	failed=0; for package in $$($(BUILD_TOOL) packages); do \
+		$(BUILD_TOOL) --package $$package fetch || failed=$$?; done; exit $$failed
 
 ## patch: write PACKAGE's upstream + patches to build/src (for reading or a plain kbuild)
 patch: $(DEPS_STAMP)
