@@ -4,6 +4,7 @@ count under valgrind's callgrind. Absolute times are printed beside them as info
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import statistics
@@ -82,6 +83,12 @@ def instructions(command: list[str], env: dict[str, str] | None = None) -> int:
     however busy the machine is."""
     if shutil.which("valgrind") is None:
         raise NoCounter("valgrind is not installed: run 'make deps'")
+    # Once uncounted, to write the bytecode caches an installation has (pip and dpkg compile
+    # them) and a fresh checkout lacks, whatever PYTHONDONTWRITEBYTECODE says here: otherwise
+    # the count would include compiling the program.
+    warm = dict(os.environ if env is None else env)
+    warm.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run(command, capture_output=True, check=False, env=warm)
     result = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
         capture_output=True,
