@@ -27,19 +27,19 @@ def half_scale_share(jpeg: bytes) -> float:
     gives within one step of the full-size decode's."""
     half = Image.open(io.BytesIO(jpeg))
     half.draft("RGB", (half.width // 2, half.height // 2))
-    return _share_within_one_step(jpeg, half.convert("RGB"))
+    return _share_within_one_step(decode_rgb(jpeg, 50_000_000), half.convert("RGB"))
 
 
 def box_half_share(jpeg: bytes) -> float:
     """The same share for the exact average of each 2x2 block of the full-size decode: what
     the best half-scale picture of the same kind as a DCT-scaled decode would give."""
-    return _share_within_one_step(jpeg, decode_rgb(jpeg, 50_000_000).reduce(2))
+    full = decode_rgb(jpeg, 50_000_000)
+    return _share_within_one_step(full, full.reduce(2))
 
 
-def _share_within_one_step(jpeg: bytes, half: Image.Image) -> float:
+def _share_within_one_step(full_size: Image.Image, half: Image.Image) -> float:
     def quantized(picture: Image.Image) -> np.ndarray:
         fit = clip_image.immich_resize_and_crop
         return clip_image.quantized(picture, 64.75, 12, np.dtype(np.uint8), fit).astype(int)
 
-    full = quantized(decode_rgb(jpeg, 50_000_000))
-    return float(np.mean(np.abs(quantized(half) - full) <= 1))
+    return float(np.mean(np.abs(quantized(half) - quantized(full_size)) <= 1))
