@@ -285,6 +285,72 @@ def test_health_ready_and_metrics(server: Server) -> None:
     assert 'npuctl_serve_job_reuse{model="clip-text"} 1.0' in text
 
 
+def test_the_duration_histograms_are_whole_prometheus_histograms(server: Server) -> None:
+    """Each series: buckets that only grow, the +Inf bucket equal to the count, a sum, and
+    every input of a request counted once in each of its stages."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def npu_count() -> float:
+        return server.metric('npuctl_serve_stage_duration_seconds_count{stage="npu"}')
+
+    before = npu_count()
+    assert server.embed({"input": ["one", "two", "three"]}).status == 200
+    assert npu_count() == before + 3
+    text = server.request("GET", "/metrics").body.decode()
+    histograms = {
+        family.name: family
+        for family in text_string_to_metric_families(text)
+        if family.type == "histogram"
+    }
+    assert set(histograms) == {
+        "npuctl_serve_stage_duration_seconds",
+        "npuctl_serve_model_duration_seconds",
+        "npuctl_serve_request_duration_seconds",
+    }
+    for family in histograms.values():
+        series: dict[tuple, dict[str, list]] = {}
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            kind = sample.name.removeprefix(family.name)
+            series.setdefault(labels, {}).setdefault(kind, []).append(
+                (float(sample.labels.get("le", "nan")), sample.value)
+            )
+        assert series, family.name
+        for labels, parts in series.items():
+            bounds = [bound for bound, _ in parts["_bucket"]]
+            counts = [count for _, count in parts["_bucket"]]
+            assert bounds == sorted(bounds) and bounds[-1] == float("inf"), labels
+            assert counts == sorted(counts), (family.name, labels, counts)
+            assert counts[-1] == parts["_count"][0][1], (family.name, labels)
+            assert parts["_sum"][0][1] >= 0, (family.name, labels)
+    model = histograms["npuctl_serve_model_duration_seconds"]
+    assert any(sample.labels.get("model") == "clip-text" for sample in model.samples)
+
+
+def test_a_duration_on_a_bucket_bound_counts_in_that_bucket() -> None:
+    """Prometheus's buckets hold every value up to and including their bound."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from npuctl.serve.metrics import Metrics
+
+    metrics = Metrics()
+    for seconds in (0.001, 0.0010001, 20.0):
+        metrics.stage("npu", seconds)
+    (family,) = (
+        family
+        for family in text_string_to_metric_families(metrics.render().decode())
+        if family.name == "npuctl_serve_stage_duration_seconds"
+    )
+    npu = {
+        sample.labels["le"]: sample.value
+        for sample in family.samples
+        if sample.labels.get("stage") == "npu" and sample.name.endswith("_bucket")
+    }
+    assert (npu["0.0005"], npu["0.001"], npu["0.0025"], npu["10.0"], npu["+Inf"]) == (
+        0, 1, 2, 2, 3,
+    )  # fmt: skip
+
+
 def test_metrics_count_each_answer_before_the_client_reads_it(server: Server) -> None:
     """A client that reads /metrics right after its answer finds its request counted."""
     counter = 'npuctl_serve_requests_total{code="200",endpoint="/v1/embeddings"}'

@@ -202,10 +202,15 @@ def image_bytes(item: str) -> bytes:
 
 def encoder(encoding: str) -> Callable[[np.ndarray], Any]:
     if encoding == "base64":
-        return lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+        return _base64
     if orjson is not None:
         return lambda vector: vector.astype(np.float32, copy=False)
     return lambda vector: vector.tolist()
+
+
+def _base64(vector: np.ndarray) -> str:
+    little_endian = vector.astype("<f4", copy=False)
+    return base64.b64encode(little_endian.tobytes()).decode("ascii")
 
 
 def reply(vectors: list[Any], model: str, tokens: int) -> bytes:

@@ -103,7 +103,12 @@ class Guard(asyncio.Protocol):
         self._head = 0  # bytes of the head being received
         self._line_done = False
         self._tail = b""  # the last bytes of the previous chunk: a head end can straddle two
+        # A head is due by the deadline. The timer is not moved at every request (a timer
+        # costs more than the rest of the watch): it fires at an earlier deadline, finds the
+        # later one and waits again.
+        self._deadline: float | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None  # heads watched again after it
         self._closed = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -138,7 +143,7 @@ class Guard(asyncio.Protocol):
             # Its client is gone: the request ends (aiohttp 3.8 would let it run on), and
             # the inputs it queued are skipped by the NPU.
             self.handler.cancel()
-        self._disarm()
+        self._stop_timers()
         self.budget.leave(self)
         if self.transport is not None:
             self.registry.pop(self.transport, None)
@@ -163,7 +168,7 @@ class Guard(asyncio.Protocol):
         no head, and heads are watched again only after that."""
         if not body_read:
             self._disarm()
-            self._timer = self.loop.call_later(self.limits.linger + 1, self.request_finished)
+            self._linger = self.loop.call_later(self.limits.linger + 1, self.request_finished)
             return
         self.in_request = False
         self.handler = None
@@ -179,7 +184,7 @@ class Guard(asyncio.Protocol):
     # -- heads -----------------------------------------------------------------------------
     def _watch(self, data: bytes) -> bool:
         """Count a head's bytes; False when the connection was closed for them."""
-        if self._head == 0 and self._timer is None:
+        if self._head == 0 and self._deadline is None:
             self._arm()
         window = self._tail + data
         end = window.find(HEAD_END)
@@ -214,15 +219,33 @@ class Guard(asyncio.Protocol):
 
     def _arm(self) -> None:
         self._disarm()
-        self._timer = self.loop.call_later(self.limits.head_timeout, self._too_slow)
+        self._deadline = self.loop.time() + self.limits.head_timeout
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
 
     def _disarm(self) -> None:
+        self._deadline = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+
+    def _stop_timers(self) -> None:
+        self._disarm()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _too_slow(self) -> None:
+    def _expire(self) -> None:
         self._timer = None
+        if self._deadline is None:
+            return
+        if self.loop.time() < self._deadline:  # re-armed since this timer was set
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+            return
+        self._too_slow()
+
+    def _too_slow(self) -> None:
+        self._deadline = None
         if self._head:  # an idle keep-alive connection just ends
             self.metrics.errors.labels("slow_client").inc()
             self._reject(
@@ -261,6 +284,6 @@ class Guard(asyncio.Protocol):
         self.loop.call_later(1.0, self.transport.close)
 
     def _close(self) -> None:
-        self._disarm()
+        self._stop_timers()
         if self.transport is not None:
             self.transport.close()

@@ -3,10 +3,15 @@ counters end in _total, durations are histograms in seconds, no per-request labe
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 # From 50 µs (tokenizing a short text) to 10 s (an inference that times out).
 _BUCKETS = (
@@ -31,6 +36,53 @@ ERROR_KINDS = (
     "internal",
 )
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Histogram:
+    """A histogram of durations by label values, read when scraped. Every request observes
+    several: one lock and a binary search each, where prometheus_client's Histogram takes a
+    lock per bucket it counts and walks the buckets in Python."""
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
+        self._series: dict[tuple[str, ...], list[float]] = {}  # per bucket, then the sum
+        self._lock = threading.Lock()
+
+    def child(self, *values: str) -> Observer:
+        """The series of these label values, shown from now on even before it is observed."""
+        with self._lock:
+            counts = self._series.setdefault(values, [0.0] * (len(_BUCKETS) + 2))
+        return Observer(counts, self._lock)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        with self._lock:
+            series = {values: list(counts) for values, counts in self._series.items()}
+        for values, counts in series.items():
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*_BUCKETS, float("inf")), counts[:-1], strict=True):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            family.add_metric(list(values), buckets, counts[-1])
+        yield family
+
+
+class Observer:
+    """One series of a Histogram."""
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self, counts: list[float], lock: threading.Lock) -> None:
+        self._counts = counts
+        self._lock = lock
+
+    def observe(self, seconds: float) -> None:
+        index = bisect.bisect_left(_BUCKETS, seconds)  # the first bucket whose bound holds it
+        with self._lock:
+            self._counts[index] += 1
+            self._counts[-1] += seconds
 
 
 class Metrics:
@@ -74,19 +126,15 @@ class Metrics:
             "npuctl_serve_stage_duration_seconds",
             "Time per input in each stage: queue wait, image decode, tokenize/preprocess, NPU, "
             "post-process and serialize.",
-            ["stage"],
-            buckets=_BUCKETS,
-            registry=registry,
+            ("stage",),
         )
-        self._stage = {stage: self.stages.labels(stage) for stage in STAGES}
+        self._stage = {stage: self.stages.child(stage) for stage in STAGES}
         self.model_durations = Histogram(
             "npuctl_serve_model_duration_seconds",
             "Time of one inference on the NPU, by model.",
-            ["model"],
-            buckets=_BUCKETS,
-            registry=registry,
+            ("model",),
         )
-        self._model: dict[str, Any] = {}
+        self._model: dict[str, Observer] = {}
         self.model_requests = Counter(
             "npuctl_serve_model_requests",
             "Inputs answered, by model and outcome (ok or the error kind).",
@@ -95,12 +143,13 @@ class Metrics:
         )
         self._model_answered: dict[tuple[str, str], Any] = {}
         self._answered: dict[tuple[str, int], Any] = {}
-        self.request_seconds = Histogram(
+        self.request_durations = Histogram(
             "npuctl_serve_request_duration_seconds",
             "Time from a request's complete arrival to its answer.",
-            buckets=_BUCKETS,
-            registry=registry,
         )
+        self.request_seconds = self.request_durations.child()
+        for histogram in (self.stages, self.model_durations, self.request_durations):
+            registry.register(histogram)
 
     def answered(self, endpoint: str, status: int, seconds: float) -> None:
         key = (endpoint, status)
@@ -116,7 +165,7 @@ class Metrics:
     def model_seconds(self, model: str, seconds: float) -> None:
         histogram = self._model.get(model)
         if histogram is None:
-            histogram = self._model[model] = self.model_durations.labels(model)
+            histogram = self._model[model] = self.model_durations.child(model)
         histogram.observe(seconds)
 
     def model_answered(self, model: str, outcome: str) -> None:

@@ -124,7 +124,10 @@ def dequantize(raw: np.ndarray, info: TensorInfo) -> np.ndarray:
     if info.dtype.kind == "f":
         return raw.astype(np.float32)
     scale = info.scale if info.scale else 1.0
-    return (raw.astype(np.float32) + info.zero_point) / scale
+    values = raw.astype(np.float32)  # a fresh array: the arithmetic below reuses it
+    values += info.zero_point
+    values /= scale
+    return values
 
 
 class NoeLibrary:
