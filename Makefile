@@ -98,12 +98,13 @@ piuparts: deb
 module: patch
 	$(MAKE) -C "$(KDIR)" M="$(CURDIR)/$(BUILD)/src" KCFLAGS=-Werror modules
 
-## test: every test, then npuctl's tests again on the oldest supported dependencies, and the
-## board-image scenarios again as a user without root (those two side by side, each one's
-## output printed whole when it ends)
+## test: every test; and beside its last part, which builds and checks packages one process
+## at a time, npuctl's tests again on the oldest supported dependencies, then the board-image
+## scenarios again as a user without root (their output printed whole at the end)
 test: $(DEPS_STAMP)
-	$(PY) -m pytest $(PYTEST) --durations=25 $(or $(PYTEST_ARGS),tests)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-oldest test-rootless
+	$(PY) -m pytest $(PYTEST) --durations=25 \
+		--beside-idle-core "$(MAKE) --no-print-directory test-oldest test-rootless" \
+		$(or $(PYTEST_ARGS),tests)
 
 ## test-oldest: npuctl's tests on Debian 12's python3 packages (npuctl/constraints-oldest.txt)
 OLDEST_VENV := .venv-oldest
@@ -117,7 +118,7 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml tools/pypro
 	touch $@
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \
-		-p no:cacheprovider $(PYTEST) $(PYTEST_ARGS) tests/npuctl
+		-p no:cacheprovider $(PYTEST) -m "not sysroot_python" $(PYTEST_ARGS) tests/npuctl
 
 ## test-rootless: the board-image scenarios (doctor, provision, CDI, fleet labels, hardening)
 ## without root's privileges (as root: in a user namespace, no mknod, no chown): device

@@ -18,7 +18,45 @@ import pytest
 from pipeline.config import Config, load_package
 from pipeline.fetch import cache_root, find_upstream
 
+from .idle_core import MARKER, Beside, last
+
 ARM64_IMAGE_TEST = "test_the_arm64_image_runs_npuctl_under_emulation"
+BESIDE = pytest.StashKey["Beside | None"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--beside-idle-core",
+        metavar="COMMAND",
+        help="run COMMAND beside the tests that leave a core idle (tests/idle_core.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}: builds or checks packages one process at a time; runs last"
+    )
+    command = config.getoption("--beside-idle-core")
+    config.stash[BESIDE] = Beside(command) if command else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    last(items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    beside = item.config.stash.get(BESIDE, None)
+    if beside is not None and item.get_closest_marker(MARKER) is not None:
+        beside.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    beside = session.config.stash.get(BESIDE, None)
+    if beside is None:
+        return
+    code = beside.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    if code and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @dataclass

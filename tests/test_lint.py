@@ -11,6 +11,8 @@ import pytest
 
 from .conftest import run
 
+pytestmark = pytest.mark.leaves_a_core_idle
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_TREES = ("tools", "tests", "npuctl")
 SHELL_SCRIPTS = [

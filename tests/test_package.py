@@ -17,7 +17,7 @@ from pipeline.package import orig_tarball
 
 from .conftest import run
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.leaves_a_core_idle]
 
 
 def _contents(deb: Path) -> dict[str, str]:

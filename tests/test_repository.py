@@ -15,7 +15,7 @@ import pytest
 from pipeline.npuctl_package import npuctl_version
 from pipeline.repository import KEYRING_FILE
 
-pytestmark = pytest.mark.upstream
+pytestmark = [pytest.mark.upstream, pytest.mark.leaves_a_core_idle]
 
 ROOT = Path(__file__).resolve().parents[1]
 

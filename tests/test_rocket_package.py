@@ -18,6 +18,8 @@ from pipeline.fetch import cache_root, find_upstream, git_tree_id
 
 from .conftest import run
 
+pytestmark = pytest.mark.leaves_a_core_idle
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

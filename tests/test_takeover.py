@@ -22,7 +22,7 @@ from kernel_lab.suites import SUITES
 
 from .conftest import require_chroot_support
 
-pytestmark = [pytest.mark.upstream, pytest.mark.chroot]
+pytestmark = [pytest.mark.upstream, pytest.mark.chroot, pytest.mark.leaves_a_core_idle]
 
 STAND_INS = {
     "cix-npu-driver": ("1.0.0+2503.orangepi", ""),

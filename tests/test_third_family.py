@@ -29,6 +29,8 @@ from .third_family import (
     make_scratch,
 )
 
+pytestmark = pytest.mark.leaves_a_core_idle
+
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Scratch:
