@@ -210,7 +210,26 @@ NPUCTL_0_1_0 = "2a6b25a59bd7b24c706233d6ded613a3cc794b46"
 
 def released_npuctl_deb(revision: str, workdir: Path) -> Path:
     """The npuctl .deb of an earlier revision of this repository, built by that revision's
-    own pipeline."""
+    own pipeline; kept in the cache by its commit (a commit builds one package)."""
+    from pipeline.fetch import cache_root
+
+    cached = cache_root() / "released" / revision
+    found = sorted(cached.glob("npuctl_*_all.deb")) if cached.is_dir() else []
+    if found:
+        return found[0]
+    deb = _build_released_npuctl_deb(revision, workdir)
+    staging = Path(f"{cached}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copyfile(deb, staging / deb.name)
+    try:
+        staging.rename(cached)  # whole or not at all, beside a run doing the same
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return deb
+
+
+def _build_released_npuctl_deb(revision: str, workdir: Path) -> Path:
     repo = Path(__file__).resolve().parents[1]
     known = subprocess.run(
         ["git", "-C", repo, "cat-file", "-e", f"{revision}^{{commit}}"],
