@@ -33,9 +33,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", f"{MARKER}: builds or checks packages one process at a time; runs last"
-    )
     command = config.getoption("--beside-idle-core")
     config.stash[BESIDE] = Beside(command) if command else None
 

@@ -27,7 +27,9 @@ class Beside:
     def __init__(self, command: str) -> None:
         self.command = command
         self.process: subprocess.Popen[bytes] | None = None
-        self.log = Path(tempfile.mkstemp(prefix="beside-", suffix=".log")[1])
+        descriptor, log = tempfile.mkstemp(prefix="beside-", suffix=".log")
+        os.close(descriptor)  # reopened by start(), which writes it
+        self.log = Path(log)
 
     def start(self) -> None:
         if self.process is not None:
