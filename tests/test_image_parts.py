@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from npuctl.families import all_platforms
+from oci_image import rootfs
 from oci_image.archive import Healthcheck, ImageConfig, write_archive
 from oci_image.definition import image_names, load
 from oci_image.errors import ImageError
@@ -129,3 +130,30 @@ def test_every_family_has_its_image_described():
     assert text.count("--hash=sha256:") == len(rocket.architectures)
     with pytest.raises(ImageError, match="no image 'nope'"):
         load("nope")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [(None, "max,pauth-impdef=on"), ("cortex-a76", "cortex-a76")]
+)
+def test_mmdebstrap_runs_the_maintainer_scripts_on_the_faster_emulated_cpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: str | None, expected: str
+):
+    """qemu-user takes QEMU_CPU from each program's environment: the build hands it down
+    (a caller's own choice wins) along with the reproducibility settings."""
+    seen: list[dict[str, str]] = []
+
+    def run_group(command: list[str], **options: object) -> int:
+        seen.append(options["env"])  # type: ignore[arg-type]
+        return 0
+
+    monkeypatch.setattr(rootfs.workspace, "run_group", run_group)
+    monkeypatch.setattr(rootfs.shutil, "which", lambda name: f"/usr/bin/{name}")
+    if given is None:
+        monkeypatch.delenv("QEMU_CPU", raising=False)
+    else:
+        monkeypatch.setenv("QEMU_CPU", given)
+    image = load(image_names()[0])
+    rootfs.debootstrap(image, "arm64", [], tmp_path / "root", EPOCH, tmp_path / "build.log")
+    [environment] = seen
+    assert environment["QEMU_CPU"] == expected
+    assert environment["SOURCE_DATE_EPOCH"] == str(EPOCH)

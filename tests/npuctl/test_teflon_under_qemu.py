@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import arm64_emulation
+
 from .arm64_sysroot import teflon_sysroot
 from .conftest import shared_library
 
@@ -60,6 +62,7 @@ def probe(sysroot, *qemu_options):
         text=True,
         timeout=600,
         check=False,
+        env=arm64_emulation.environment(),
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr

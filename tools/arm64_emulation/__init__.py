@@ -19,6 +19,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,21 @@ ENTRY = "qemu-aarch64"
 ENTRY_DESCRIPTION = Path("/usr/share/binfmts/qemu-aarch64")
 REQUIRED_FLAG = "F"
 PROBE_EXIT = 42
+# qemu-user's default CPU ("max") authenticates pointers with the architected QARMA cipher,
+# computed in software at every signed return, and Debian's arm64 builds sign them all:
+# Python ran about four times slower. The implementation-defined algorithm keeps the same
+# CPU features (pointer authentication included), only the cipher is cheaper. A QEMU_CPU
+# the caller set wins.
+QEMU_CPU = "max,pauth-impdef=on"
+
+
+def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (else this process's environment) with the CPU that arm64 programs run on
+    under qemu-user: qemu reads QEMU_CPU from the environment of each program it runs, so it
+    reaches through chroot and mmdebstrap to the maintainer scripts."""
+    found = dict(os.environ if base is None else base)
+    found.setdefault("QEMU_CPU", QEMU_CPU)
+    return found
 
 
 def _probe_program() -> bytes:

@@ -109,7 +109,9 @@ def debootstrap(
         str(root),
         *_sources(definition, architecture),
     ]
-    environment = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8"}
+    environment = arm64_emulation.environment(
+        {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "LC_ALL": "C.UTF-8"}
+    )
     with log.open("w", encoding="utf-8") as output:
         returncode = workspace.run_group(
             command, stdout=output, stderr=subprocess.STDOUT, env=environment

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import arm64_emulation
 from kernel_lab.qemu import is_arm64_image
 from oci_image import definition as image_definition
 from oci_image import rootfs, workspace
@@ -190,7 +191,7 @@ def _mmdebstrap(pins: Pins, debs: list[Path], helper: Path, root: Path, log: Pat
             command,
             stdout=output,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "LC_ALL": "C.UTF-8"},
+            env=arm64_emulation.environment({**os.environ, "LC_ALL": "C.UTF-8"}),
         )
     if returncode != 0:
         text = log.read_text(encoding="utf-8", errors="replace")
