@@ -163,8 +163,9 @@ ARM64_IMAGES = ("npuctl", "npuctl-rocket") if FULL else ("npuctl",)
 @pytest.fixture(scope="session")
 def arm64_image(image_debs: Path, arm64_image_build: ImageBuild | None, tmp_path_factory) -> Path:
     """The images for arm64, as the boards run them; their maintainer scripts run under qemu
-    (about 6 minutes an image on 2 cores): 'make test' builds the Zhouyi image (started with
-    the session, beside the other tests), 'make check-images' both."""
+    (about five CPU-minutes an image, most of it byte-compiling Python): 'make test' builds
+    the Zhouyi image (started with the session, beside the other tests), 'make check-images'
+    both."""
     if missing := arm64_emulation.missing():
         pytest.skip(missing.line())
     if arm64_image_build is not None and ARM64_IMAGES == ("npuctl",):
