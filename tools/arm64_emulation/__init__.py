@@ -31,11 +31,12 @@ ENTRY = "qemu-aarch64"
 ENTRY_DESCRIPTION = Path("/usr/share/binfmts/qemu-aarch64")
 REQUIRED_FLAG = "F"
 PROBE_EXIT = 42
-# qemu-user's default CPU ("max") authenticates pointers with the architected QARMA cipher,
-# computed in software at every signed return, and Debian's arm64 builds sign them all:
-# Python ran about four times slower. The implementation-defined algorithm keeps the same
-# CPU features (pointer authentication included), only the cipher is cheaper. A QEMU_CPU
-# the caller set wins.
+# The CPU that QEMU emulates for arm64, in user mode (QEMU_CPU, see environment()) and in
+# the kernel lab's virtual machines (-cpu). QEMU's "max" authenticates pointers with the
+# architected QARMA cipher, computed in software at every signed return, and Debian's arm64
+# builds sign them all: Python ran about four times slower. The implementation-defined
+# algorithm keeps the same CPU features (pointer authentication included), only the cipher
+# is cheaper.
 QEMU_CPU = "max,pauth-impdef=on"
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import arm64_emulation
 from pipeline.tools import require_tool, run
 
 from .chroot import Chroot
@@ -268,7 +269,7 @@ def _qemu_command(
         "-M",
         "virt",
         "-cpu",
-        "max,pauth-impdef=on",
+        arm64_emulation.QEMU_CPU,
         "-smp",
         "2",
         "-m",
