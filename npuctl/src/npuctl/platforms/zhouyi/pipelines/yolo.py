@@ -85,17 +85,15 @@ def decode(
     cx, cy, w, h = prediction[:4, candidates].astype(np.float32)
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
     keep = nms(boxes, confidences, class_ids, iou, limit=max_detections)
-    boxes = boxes[keep]
-    boxes[:, [0, 2]] = ((boxes[:, [0, 2]] - box.pad_x) / box.ratio).clip(0, box.width)
-    boxes[:, [1, 3]] = ((boxes[:, [1, 3]] - box.pad_y) / box.ratio).clip(0, box.height)
+    # Back to the original picture, in float32 as the boxes are, then to Python numbers at once.
+    shift = np.array([box.pad_x, box.pad_y] * 2, dtype=np.float32)
+    limits = np.array([box.width, box.height] * 2, dtype=np.float32)
+    mapped = np.minimum(np.maximum((boxes[keep] - shift) / np.float32(box.ratio), 0), limits)
     return [
-        Detection(
-            COCO_CLASSES[int(class_ids[k])],
-            int(class_ids[k]),
-            float(confidences[k]),
-            (float(boxes[i][0]), float(boxes[i][1]), float(boxes[i][2]), float(boxes[i][3])),
+        Detection(COCO_CLASSES[class_id], class_id, score, (x1, y1, x2, y2))
+        for class_id, score, (x1, y1, x2, y2) in zip(
+            class_ids[keep].tolist(), confidences[keep].tolist(), mapped.tolist(), strict=True
         )
-        for i, k in enumerate(keep)
     ]
 
 
@@ -129,43 +127,48 @@ def nms(
     with the blocks needed, not with the boxes.
     """
     order = np.argsort(-scores, kind="stable")
-    shifted = boxes[order] + (class_ids[order] * 8192.0)[:, None]
-    area = np.maximum(shifted[:, 2] - shifted[:, 0], 0) * np.maximum(
-        shifted[:, 3] - shifted[:, 1], 0
+    # Coordinates as rows (x1, y1, x2, y2, threshold * area): each is a contiguous vector,
+    # so the pairwise comparisons below broadcast two contiguous vectors. In float64: the
+    # class offsets would cost float32 a sixteenth of a pixel.
+    corners = np.empty((5, len(order)), dtype=np.float64)
+    np.add(boxes[order].T, class_ids[order] * 8192.0, out=corners[:4])
+    np.multiply(
+        np.maximum(corners[2] - corners[0], 0) * np.maximum(corners[3] - corners[1], 0),
+        threshold,
+        out=corners[4],
     )
-    corners = np.column_stack([shifted, area])  # one gather fetches a box's five values
     wanted = len(order) if limit is None else limit
-    alive = np.ones(len(order), dtype=bool)
+    pending = np.arange(len(order))  # candidates not yet struck out nor in a block, in order
     keep: list[np.ndarray] = []
     kept = 0
-    start = 0
-    while start < len(order) and kept < wanted:
-        stop = start + BLOCK
-        block = np.flatnonzero(alive[start:stop]) + start
-        start = stop
-        if block.size == 0:
-            continue
-        boxes_in_block = corners[block]
+    while pending.size and kept < wanted:
+        block, pending = pending[:BLOCK], pending[BLOCK:]
+        boxes_in_block = corners[:, block]
         overlapping = _overlaps(boxes_in_block, boxes_in_block, threshold)
         chosen = _greedy(overlapping & _LATER[: block.size, : block.size], wanted - kept)
-        winners = block[chosen]
-        keep.append(winners)
-        kept += winners.size
-        if kept < wanted and start < len(order):
-            later = np.flatnonzero(alive[start:]) + start
-            struck = _overlaps(boxes_in_block[chosen], corners[later], threshold).any(axis=0)
-            alive[later[struck]] = False
+        keep.append(block[chosen])
+        kept += len(chosen)
+        if kept < wanted and pending.size:
+            struck = _overlaps(boxes_in_block[:, chosen], corners[:, pending], threshold)
+            pending = pending[~struck.any(axis=0)]
     return order[np.concatenate(keep)] if keep else np.empty(0, dtype=np.intp)
 
 
 def _overlaps(rows: np.ndarray, columns: np.ndarray, threshold: float) -> np.ndarray:
-    """rows x columns (each x1, y1, x2, y2, area): does the IoU of each pair exceed it?"""
-    row = rows[:, :, None]  # views: broadcasting does the rest
-    width = np.minimum(row[:, 2], columns[:, 2]) - np.maximum(row[:, 0], columns[:, 0])
-    height = np.minimum(row[:, 3], columns[:, 3]) - np.maximum(row[:, 1], columns[:, 1])
-    inter = np.maximum(width, 0) * np.maximum(height, 0)  # a ufunc: clip() costs more here
-    # inter / union > t, without dividing (a zero union is then no overlap)
-    return inter > threshold * (row[:, 4] + columns[:, 4] - inter)
+    """rows x columns (each a (5, n) array: x1, y1, x2, y2, threshold * area): does the IoU of
+    each pair exceed the threshold?"""
+    x1, y1, x2, y2, scaled_area = (row[:, None] for row in rows)  # views; broadcasting does it
+    width = np.minimum(x2, columns[2])
+    width -= np.maximum(x1, columns[0])
+    height = np.minimum(y2, columns[3])
+    height -= np.maximum(y1, columns[1])
+    np.maximum(width, 0, out=width)  # a ufunc: clip() costs more here
+    np.maximum(height, 0, out=height)
+    width *= height  # the intersection
+    # inter / union > t  <=>  (1 + t) * inter > t * area_a + t * area_b, without dividing (a
+    # zero union is then no overlap)
+    width *= 1 + threshold
+    return width > scaled_area + columns[4]
 
 
 def _greedy(suppresses: np.ndarray, wanted: int) -> list[int]:
