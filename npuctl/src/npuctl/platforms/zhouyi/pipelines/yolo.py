@@ -81,18 +81,20 @@ def decode(
         candidates = np.sort(candidates[ranked[candidates.size - max_candidates :]])
     scores = prediction[4:, candidates]
     class_ids = (scores.view(np.int16) if scores.dtype == np.float16 else scores).argmax(axis=0)
-    confidences = scores[class_ids, np.arange(candidates.size)].astype(np.float32)
-    cx, cy, w, h = prediction[:4, candidates].astype(np.float32)
-    boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-    keep = nms(boxes, confidences, class_ids, iou, limit=max_detections)
+    # each candidate's best score is its class's: read back from the comparable form
+    confidences = best[candidates].view(prediction.dtype).astype(np.float32)
+    centres = prediction[:4, candidates].astype(np.float32)  # rows cx, cy, w, h
+    half = centres[2:] / 2
+    corners = np.concatenate([centres[:2] - half, centres[:2] + half])  # rows x1, y1, x2, y2
+    keep = _nms_rows(corners, confidences, class_ids, iou, max_detections)
     # Back to the original picture, in float32 as the boxes are, then to Python numbers at once.
-    shift = np.array([box.pad_x, box.pad_y] * 2, dtype=np.float32)
-    limits = np.array([box.width, box.height] * 2, dtype=np.float32)
-    mapped = np.minimum(np.maximum((boxes[keep] - shift) / np.float32(box.ratio), 0), limits)
+    shift = np.array([[box.pad_x], [box.pad_y]] * 2, dtype=np.float32)
+    limits = np.array([[box.width], [box.height]] * 2, dtype=np.float32)
+    mapped = np.minimum(np.maximum((corners[:, keep] - shift) / np.float32(box.ratio), 0), limits)
     return [
         Detection(COCO_CLASSES[class_id], class_id, score, (x1, y1, x2, y2))
         for class_id, score, (x1, y1, x2, y2) in zip(
-            class_ids[keep].tolist(), confidences[keep].tolist(), mapped.tolist(), strict=True
+            class_ids[keep].tolist(), confidences[keep].tolist(), mapped.T.tolist(), strict=True
         )
     ]
 
@@ -117,7 +119,19 @@ def nms(
     threshold: float,
     limit: int | None = None,
 ) -> np.ndarray:
-    """Indices kept by class-wise greedy NMS, best score first, at most ``limit``.
+    """Indices kept by class-wise greedy NMS, best score first, at most ``limit``; boxes are
+    rows of x1, y1, x2, y2."""
+    return _nms_rows(np.ascontiguousarray(boxes.T), scores, class_ids, threshold, limit)
+
+
+def _nms_rows(
+    corners: np.ndarray,
+    scores: np.ndarray,
+    class_ids: np.ndarray,
+    threshold: float,
+    limit: int | None = None,
+) -> np.ndarray:
+    """nms() of boxes given as four rows (x1, y1, x2, y2), the layout its work wants.
 
     Boxes of different classes are moved apart by a class-dependent offset, so one greedy
     pass over all classes never suppresses across classes. The candidates are taken in blocks
@@ -127,29 +141,27 @@ def nms(
     with the blocks needed, not with the boxes.
     """
     order = np.argsort(-scores, kind="stable")
-    # Coordinates as rows (x1, y1, x2, y2, threshold * area): each is a contiguous vector,
-    # so the pairwise comparisons below broadcast two contiguous vectors. In float64: the
-    # class offsets would cost float32 a sixteenth of a pixel.
-    corners = np.empty((5, len(order)), dtype=np.float64)
-    np.add(boxes[order].T, class_ids[order] * 8192.0, out=corners[:4])
-    np.multiply(
-        np.maximum(corners[2] - corners[0], 0) * np.maximum(corners[3] - corners[1], 0),
-        threshold,
-        out=corners[4],
-    )
-    wanted = len(order) if limit is None else limit
-    pending = np.arange(len(order))  # candidates not yet struck out nor in a block, in order
+    # Rows x1, y1, x2, y2, threshold * area: each a contiguous vector, so the pairwise
+    # comparisons broadcast contiguous vectors. In float64: with the class offsets, float32
+    # would round the coordinates to a sixteenth of a pixel.
+    ranked = np.empty((5, order.size), dtype=np.float64)
+    np.add(corners[:, order], class_ids[order] * 8192.0, out=ranked[:4])
+    sides = np.maximum(ranked[2:4] - ranked[:2], 0)
+    np.multiply(sides[0], sides[1], out=ranked[4])
+    ranked[4] *= threshold
+    wanted = order.size if limit is None else limit
+    pending = np.arange(order.size)  # candidates not yet struck out nor in a block, in order
     keep: list[np.ndarray] = []
     kept = 0
     while pending.size and kept < wanted:
         block, pending = pending[:BLOCK], pending[BLOCK:]
-        boxes_in_block = corners[:, block]
+        boxes_in_block = ranked[:, block]
         overlapping = _overlaps(boxes_in_block, boxes_in_block, threshold)
         chosen = _greedy(overlapping & _LATER[: block.size, : block.size], wanted - kept)
         keep.append(block[chosen])
         kept += len(chosen)
         if kept < wanted and pending.size:
-            struck = _overlaps(boxes_in_block[:, chosen], corners[:, pending], threshold)
+            struck = _overlaps(boxes_in_block[:, chosen], ranked[:, pending], threshold)
             pending = pending[~struck.any(axis=0)]
     return order[np.concatenate(keep)] if keep else np.empty(0, dtype=np.intp)
 
@@ -157,7 +169,7 @@ def nms(
 def _overlaps(rows: np.ndarray, columns: np.ndarray, threshold: float) -> np.ndarray:
     """rows x columns (each a (5, n) array: x1, y1, x2, y2, threshold * area): does the IoU of
     each pair exceed the threshold?"""
-    x1, y1, x2, y2, scaled_area = (row[:, None] for row in rows)  # views; broadcasting does it
+    x1, y1, x2, y2, scaled_area = rows[:, :, None]  # views: broadcasting does the rest
     width = np.minimum(x2, columns[2])
     width -= np.maximum(x1, columns[0])
     height = np.minimum(y2, columns[3])
