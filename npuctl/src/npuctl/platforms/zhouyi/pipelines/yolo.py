@@ -121,7 +121,7 @@ def nms(
 ) -> np.ndarray:
     """Indices kept by class-wise greedy NMS, best score first, at most ``limit``; boxes are
     rows of x1, y1, x2, y2."""
-    return _nms_rows(np.ascontiguousarray(boxes.T), scores, class_ids, threshold, limit)
+    return _nms_rows(boxes.T, scores, class_ids, threshold, limit)  # _nms_rows gathers anyway
 
 
 def _nms_rows(
