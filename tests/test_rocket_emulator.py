@@ -34,7 +34,13 @@ from rocket_emu import board, guest_root, qemu_build, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
-from testkit.tflite_models import MOBILENET_V1_BODY, MOBILENET_V2_BODY, ConvLayer, conv_stack
+from testkit.tflite_models import (
+    MOBILENET_V1_BODY,
+    MOBILENET_V2_ADDITIONS,
+    MOBILENET_V2_BODY,
+    ConvLayer,
+    conv_stack,
+)
 
 from .conftest import started_beside
 from .test_patches import DEP3_FIELDS
@@ -76,6 +82,10 @@ BUILDERS = {
         channels=24,
     ),
     "mobilenet-v2-classifier": dict(layers=MOBILENET_V2_BODY, size=224, classes=1001),
+    "conv1x1-24-24-14x14": dict(layers=[ConvLayer(24, linear=True)], size=14, channels=24),
+    "mobilenet-v2-classifier-table-scales": dict(
+        layers=MOBILENET_V2_BODY, size=224, classes=1001, additions=MOBILENET_V2_ADDITIONS
+    ),
 }
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
 CORES = ("fdab0000", "fdac0000", "fdad0000")  # the board's three NPU cores, by address

@@ -449,6 +449,70 @@ class ConvLayer:
     residual: bool = False
 
 
+@dataclass(frozen=True)
+class TableAddition:
+    """The quantization of an ADD that Mesa's rocket driver programs the NPU for. Mesa folds
+    an ADD into the convolution that makes its first operand, and writes the element-wise
+    stage's operand scale and the sum's output conversion from a table keyed by the other
+    operand's scale (``rkt_regcmd.c``), taken from the published models it was tested with;
+    at any other scale the registers get a factor unrelated to the model's. An entry holds
+    the key, the operand's scale over the convolution's input scale times its weight scale,
+    and the output conversion (offset, multiplier, shift); the sum's scale and zero point are
+    the ones that conversion implies."""
+
+    operand_scale: float
+    operand_over_accumulator: float
+    sum_offset: int
+    sum_multiplier: int
+    sum_shift: int
+
+    @property
+    def sum_scale(self) -> float:
+        accumulator = self.operand_scale / self.operand_over_accumulator
+        return accumulator * 2**self.sum_shift / self.sum_multiplier
+
+    @property
+    def sum_zero_point(self) -> int:
+        return 128 + self.sum_offset
+
+
+# Mesa's table (rkt_regcmd.c), by key. The entries come in runs of additions in a row, each
+# sum the next one's operand (their implied sum scales are the next keys, within the 1e-5
+# Mesa matches keys with): the residual blocks of a stage of a published model.
+MESA_TABLE = {
+    addition.operand_scale: addition
+    for addition in (
+        TableAddition(0.090192, 299.671889248, 6, 27676, 25),
+        TableAddition(0.399250, 1326.499209406, 6, 27676, 25),
+        TableAddition(0.364902, 780.34375, 4, 18589, 24),
+        TableAddition(0.422037, 715.5625, 1, 22559, 24),
+        TableAddition(0.213016, 564.6875, 4, 25914, 24),
+        TableAddition(0.244231, 499.796875, 1, 28927, 24),
+        TableAddition(0.283416, 488.203125, 6, 26050, 24),
+        TableAddition(0.171151, 602.90625, -3, 28937, 24),
+        TableAddition(0.164588, 271.921875, 1, 24877, 23),
+        TableAddition(0.204098, 262.90625, 0, 23272, 23),
+        TableAddition(0.116532, 450.140625, -8, 32292, 24),
+        TableAddition(0.134499, 212.1953125, -5, 24153, 23),
+        TableAddition(0.220141, 368.28125, 11, 27655, 24),
+        TableAddition(0.094560, 416.421875, 5, 20432, 23),
+        TableAddition(0.093230, 305.421875, -1, 25449, 23),
+        TableAddition(0.100618, 313.671875, 0, 16874, 23),  # Mesa keeps the model's zero point
+    )
+}
+# MobileNetV2's ten additions (one, two, three, two and two per stage), from the table's runs.
+MOBILENET_V2_ADDITIONS = tuple(
+    MESA_TABLE[key]
+    for key in (
+        0.399250,
+        0.094560, 0.093230,
+        0.213016, 0.244231, 0.283416,
+        0.171151, 0.164588,
+        0.116532, 0.134499,
+    )
+)  # fmt: skip
+
+
 def _conv_options(layer: ConvLayer, activation: int) -> tuple[int, Callable]:
     kind = DepthwiseConv2DOptions if layer.depthwise else Conv2DOptions
 
@@ -469,6 +533,39 @@ def _conv_options(layer: ConvLayer, activation: int) -> tuple[int, Callable]:
     )
 
 
+def _weights(
+    rng: np.random.Generator,
+    shape: list[int],
+    fan_in: int,
+    input_scale: float,
+    addition: TableAddition | None,
+    signed: bool,
+) -> tuple[np.ndarray, float]:
+    """A layer's quantized weights and their scale. Inputs spread over [0, 6] and weights
+    over +-64 steps: the sum's spread is about 3. Before a table's addition the table fixes
+    input scale x weight scale, and the weights take fewer steps of the larger scale, so that
+    the projection's own output (which TFLite quantizes before the ADD and Mesa does not)
+    stays within its range."""
+    weight_scale = 3 / (np.sqrt(fan_in) * 3.46 * 37)
+    steps = 64
+    if addition is not None:
+        table_scale = addition.operand_scale / addition.operand_over_accumulator / input_scale
+        steps = max(1, round(steps * weight_scale / table_scale))
+        weight_scale = table_scale
+    drawn = rng.integers(128 - steps, 129 + steps, shape)
+    return (drawn - 128).astype(np.int8) if signed else drawn.astype(np.uint8), weight_scale
+
+
+def _plan_additions(
+    layers: list[ConvLayer], additions: tuple[TableAddition, ...]
+) -> tuple[dict[int, TableAddition], dict[int, TableAddition]]:
+    """The table additions by the residual layer they quantize, in turn, and by the layer
+    whose output is that block's input (a projection, or the sum before)."""
+    residuals = [number for number, layer in enumerate(layers) if layer.residual]
+    planned = dict(zip(residuals[: len(additions)], additions, strict=True))
+    return planned, {number - 3: addition for number, addition in planned.items()}
+
+
 def conv_stack(
     path: Path,
     layers: list[ConvLayer],
@@ -479,11 +576,14 @@ def conv_stack(
     activation: int = RELU6,
     seed: int = 3,
     classes: int = 0,
+    additions: tuple[TableAddition, ...] = (),
     description: str = "npuctl test convolution stack",
 ) -> Path:
     """Quantized convolutions one after another, each with a fused activation, as a
     MobileNet's body is: uint8 (or int8 between QUANTIZE ops) with per-tensor scales chosen
-    so that a layer's output spreads over the activation's range instead of saturating."""
+    so that a layer's output spreads over the activation's range instead of saturating.
+    ``additions`` quantize the residual ADDs in turn, and the tensors they add, as Mesa's
+    table does (TableAddition)."""
     rng = np.random.default_rng(seed)
     ops_enum = BuiltinOperator.BuiltinOperator
     kind = TensorType.TensorType.INT8 if signed else TensorType.TensorType.UINT8
@@ -500,8 +600,9 @@ def conv_stack(
     operators: list[OpDef] = []
     current = 0
     linear_q = (12 / 255, 128 + offset)  # [-6, 6]: a projection's output, and a sum's
-    scale = 6 / 255  # of the current tensor
+    scale, current_q = 6 / 255, activation_q  # of the current tensor
     layer_inputs: list[tuple[int, float]] = []
+    planned, operand_of = _plan_additions(layers, additions)
     if signed:
         tensors.append(
             TensorDef("input_int8", [1, size, size, channels], kind, quantization=activation_q)
@@ -512,20 +613,23 @@ def conv_stack(
         out_channels = channels if layer.depthwise else layer.channels
         kernel = 3 if layer.depthwise else layer.kernel
         fan_in = kernel * kernel * (1 if layer.depthwise else channels)
-        # Inputs spread over [0, 6]; weights over +-64 steps: the sum's spread is about 3.
-        weight_scale = 3 / (np.sqrt(fan_in) * 3.46 * 37)
         shape = (
             [1, kernel, kernel, out_channels]
             if layer.depthwise
             else [out_channels, kernel, kernel, channels]
         )
-        weights = (rng.integers(64, 193, shape) + offset).astype(np.int8 if signed else np.uint8)
+        addition = planned.get(number)
+        weights, weight_scale = _weights(rng, shape, fan_in, scale, addition, signed)
         # A bias of 2.0 keeps about two thirds of each layer's outputs above ReLU6's zero,
         # so that 27 layers on, the activations still vary (a projection's is centred).
         bias_value = 0.0 if layer.linear else 2.0
         bias = np.full(out_channels, round(bias_value / (scale * weight_scale)), np.int32)
         size = -(-size // layer.stride)
         output_q = linear_q if layer.linear else activation_q
+        if number in operand_of and number not in planned:
+            output_q = (operand_of[number].operand_scale, 128 + offset)
+        elif addition is not None:
+            output_q = (40 / 255, 128 + offset)
         layer_inputs.append((current, scale))
         tensors += [
             TensorDef(
@@ -552,56 +656,20 @@ def conv_stack(
             )
         )
         current, channels, scale = len(tensors) - 1, out_channels, output_q[0]
+        current_q = output_q
         if layer.residual:
             block_input, block_scale = layer_inputs[number - 2]
-            assert block_scale == linear_q[0], "a residual adds two projections' outputs"
+            sum_q = _sum_quantization(block_scale, addition, linear_q)
             sum_tensor = TensorDef(
-                f"sum_{number}", [1, size, size, channels], kind, quantization=linear_q
+                f"sum_{number}", [1, size, size, channels], kind, quantization=sum_q
             )
             current = _residual_add(tensors, operators, current, block_input, sum_tensor)
+            scale, current_q = sum_q[0], sum_q
     if classes:  # MobileNet's head: average over the picture, 1x1 convolution, flatten
-        uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
-        pooled_q = linear_q if scale == linear_q[0] else activation_q
-        tensors.append(TensorDef("pooled", [1, 1, 1, channels], kind, quantization=pooled_q))
-        operators.append(
-            OpDef(
-                ops_enum.AVERAGE_POOL_2D,
-                [current],
-                [len(tensors) - 1],
-                (BuiltinOptions.BuiltinOptions.Pool2DOptions, _pool(size)),
-            )
+        pooled_q = current_q  # the average keeps the map's quantization, as TFLite's does
+        current = _classifier_head(
+            tensors, operators, current, (size, channels, classes), kind, pooled_q, rng
         )
-        current = len(tensors) - 1
-        weight_scale = 3 / (np.sqrt(channels) * 3.46 * 37)
-        tensors += [
-            TensorDef(
-                "logits_weights",
-                [classes, 1, 1, channels],
-                uint8,
-                rng.integers(64, 193, (classes, 1, 1, channels)).astype(np.uint8).tobytes(),
-                (weight_scale, 128),
-            ),
-            TensorDef(
-                "logits_bias",
-                [classes],
-                int32,
-                np.zeros(classes, np.int32).tobytes(),
-                (pooled_q[0] * weight_scale, 0),
-            ),
-            TensorDef("logits", [1, 1, 1, classes], uint8, quantization=(0.1, 128)),
-            TensorDef("logits_shape", [2], int32, np.array([1, classes], np.int32).tobytes()),
-            TensorDef("scores", [1, classes], uint8, quantization=(0.1, 128)),
-        ]
-        operators += [
-            OpDef(
-                ops_enum.CONV_2D,
-                [current, len(tensors) - 5, len(tensors) - 4],
-                [len(tensors) - 3],
-                _conv_options(ConvLayer(classes), 0),
-            ),
-            OpDef(ops_enum.RESHAPE, [len(tensors) - 3, len(tensors) - 2], [len(tensors) - 1]),
-        ]
-        current = len(tensors) - 1
     if signed:
         tensors.append(
             TensorDef(
@@ -614,6 +682,73 @@ def conv_stack(
         operators.append(OpDef(ops_enum.QUANTIZE, [current], [len(tensors) - 1]))
         current = len(tensors) - 1
     return graph_model(path, tensors, operators, [0], [current], description)
+
+
+def _classifier_head(
+    tensors: list[TensorDef],
+    operators: list[OpDef],
+    current: int,
+    sizes: tuple[int, int, int],
+    kind: int,
+    pooled_q: tuple[float, int],
+    rng: np.random.Generator,
+) -> int:
+    """MobileNet's head after ``current`` (size x size x channels): average over the
+    picture, a 1x1 convolution to ``classes``, flattened; the scores' tensor index."""
+    size, channels, classes = sizes
+    ops_enum = BuiltinOperator.BuiltinOperator
+    uint8, int32 = TensorType.TensorType.UINT8, TensorType.TensorType.INT32
+    tensors.append(TensorDef("pooled", [1, 1, 1, channels], kind, quantization=pooled_q))
+    operators.append(
+        OpDef(
+            ops_enum.AVERAGE_POOL_2D,
+            [current],
+            [len(tensors) - 1],
+            (BuiltinOptions.BuiltinOptions.Pool2DOptions, _pool(size)),
+        )
+    )
+    current = len(tensors) - 1
+    weight_scale = 3 / (np.sqrt(channels) * 3.46 * 37)
+    tensors += [
+        TensorDef(
+            "logits_weights",
+            [classes, 1, 1, channels],
+            uint8,
+            rng.integers(64, 193, (classes, 1, 1, channels)).astype(np.uint8).tobytes(),
+            (weight_scale, 128),
+        ),
+        TensorDef(
+            "logits_bias",
+            [classes],
+            int32,
+            np.zeros(classes, np.int32).tobytes(),
+            (pooled_q[0] * weight_scale, 0),
+        ),
+        TensorDef("logits", [1, 1, 1, classes], uint8, quantization=(0.1, 128)),
+        TensorDef("logits_shape", [2], int32, np.array([1, classes], np.int32).tobytes()),
+        TensorDef("scores", [1, classes], uint8, quantization=(0.1, 128)),
+    ]
+    operators += [
+        OpDef(
+            ops_enum.CONV_2D,
+            [current, len(tensors) - 5, len(tensors) - 4],
+            [len(tensors) - 3],
+            _conv_options(ConvLayer(classes), 0),
+        ),
+        OpDef(ops_enum.RESHAPE, [len(tensors) - 3, len(tensors) - 2], [len(tensors) - 1]),
+    ]
+    return len(tensors) - 1
+
+
+def _sum_quantization(
+    block_scale: float, addition: TableAddition | None, linear_q: tuple[float, int]
+) -> tuple[float, int]:
+    """A residual sum's quantization: a projection's, or the table addition's."""
+    if addition is None:
+        assert block_scale == linear_q[0], "a residual adds two projections' outputs"
+        return linear_q
+    assert abs(block_scale - addition.operand_scale) < 1e-5, "not the table's key"
+    return addition.sum_scale, addition.sum_zero_point + linear_q[1] - 128
 
 
 def _residual_add(
