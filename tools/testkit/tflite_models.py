@@ -600,7 +600,7 @@ def conv_stack(
     operators: list[OpDef] = []
     current = 0
     linear_q = (12 / 255, 128 + offset)  # [-6, 6]: a projection's output, and a sum's
-    scale, current_q = 6 / 255, activation_q  # of the current tensor
+    current_q = activation_q  # the current tensor's quantization
     layer_inputs: list[tuple[int, float]] = []
     planned, operand_of = _plan_additions(layers, additions)
     if signed:
@@ -610,6 +610,7 @@ def conv_stack(
         operators.append(OpDef(ops_enum.QUANTIZE, [0], [1]))
         current = 1
     for number, layer in enumerate(layers):
+        scale = current_q[0]
         out_channels = channels if layer.depthwise else layer.channels
         kernel = 3 if layer.depthwise else layer.kernel
         fan_in = kernel * kernel * (1 if layer.depthwise else channels)
@@ -628,7 +629,7 @@ def conv_stack(
         output_q = linear_q if layer.linear else activation_q
         if number in operand_of and number not in planned:
             output_q = (operand_of[number].operand_scale, 128 + offset)
-        elif addition is not None:
+        elif addition is not None:  # [-20, 20]: room for the projection Mesa never rounds
             output_q = (40 / 255, 128 + offset)
         layer_inputs.append((current, scale))
         tensors += [
@@ -655,8 +656,7 @@ def conv_stack(
                 _conv_options(layer, 0 if layer.linear else activation),
             )
         )
-        current, channels, scale = len(tensors) - 1, out_channels, output_q[0]
-        current_q = output_q
+        current, channels, current_q = len(tensors) - 1, out_channels, output_q
         if layer.residual:
             block_input, block_scale = layer_inputs[number - 2]
             sum_q = _sum_quantization(block_scale, addition, linear_q)
@@ -664,11 +664,11 @@ def conv_stack(
                 f"sum_{number}", [1, size, size, channels], kind, quantization=sum_q
             )
             current = _residual_add(tensors, operators, current, block_input, sum_tensor)
-            scale, current_q = sum_q[0], sum_q
+            current_q = sum_q
     if classes:  # MobileNet's head: average over the picture, 1x1 convolution, flatten
-        pooled_q = current_q  # the average keeps the map's quantization, as TFLite's does
+        # The average keeps the map's quantization, as TFLite's does.
         current = _classifier_head(
-            tensors, operators, current, (size, channels, classes), kind, pooled_q, rng
+            tensors, operators, current, (size, channels, classes), kind, current_q, rng
         )
     if signed:
         tensors.append(
