@@ -82,7 +82,12 @@ BUILDERS = {
         channels=24,
     ),
     "mobilenet-v2-classifier": dict(layers=MOBILENET_V2_BODY, size=224, classes=1001),
-    "conv1x1-24-24-14x14": dict(layers=[ConvLayer(24, linear=True)], size=14, channels=24),
+    **{
+        f"conv1x1-{channels}-24-14x14": dict(
+            layers=[ConvLayer(24, linear=True)], size=14, channels=channels
+        )
+        for channels in (17, 24, 31)
+    },
     "mobilenet-v2-classifier-table-scales": dict(
         layers=MOBILENET_V2_BODY, size=224, classes=1001, additions=MOBILENET_V2_ADDITIONS
     ),
