@@ -4,7 +4,7 @@ CPU: the reference passes against itself, and a perturbed "NPU" output is reject
 import numpy as np
 import pytest
 
-from npuctl.platforms.rocket.golden import TOLERANCE, compare
+from npuctl.platforms.rocket.golden import TOLERANCE, compare, compare_detections
 
 
 @pytest.fixture
@@ -60,3 +60,63 @@ def test_another_top1_is_rejected_and_named(outputs):
 
 def test_the_output_of_another_input_is_rejected(outputs):
     assert not compare(outputs[1], outputs[0]).passed
+
+
+def test_another_top5_is_rejected_and_named():
+    cpu = np.array([90, 80, 70, 60, 50, 40, 10, 0], dtype=np.uint8)
+    npu = cpu.copy()
+    npu[4], npu[5] = 41, 50  # within the tolerance, yet class 5 is fifth now
+    npu[5] = 52
+    verdict = compare(npu, cpu, tolerance=20)
+    assert not verdict.passed
+    assert "top-5 differs: [0, 1, 2, 3, 5] on the NPU, [0, 1, 2, 3, 4] on the CPU" in (
+        verdict.describe()
+    )
+
+
+def test_classes_tied_with_the_fifth_may_stand_in_for_each_other():
+    cpu = np.array([90, 80, 70, 60, 50, 50, 10, 0], dtype=np.uint8)
+    npu = cpu.copy()
+    npu[4] = 49  # class 5 is fifth on the NPU; on the CPU it ties with class 4
+    verdict = compare(npu, cpu)
+    assert verdict.passed, verdict.describe()
+    assert "top-5 the same" in verdict.describe()
+
+
+def detections(*found: tuple[tuple[float, float, float, float], int, float]) -> list[np.ndarray]:
+    """detect.found's shape: boxes (ymin, xmin, ymax, xmax), classes, scores, count."""
+    boxes = np.array([box for box, _, _ in found], dtype=np.float32).reshape(-1)
+    classes = np.array([label for _, label, _ in found], dtype=np.float32)
+    scores = np.array([score for _, _, score in found], dtype=np.float32)
+    return [boxes, classes, scores, np.array([len(found)], dtype=np.float32)]
+
+
+CAR, BUS = ((0.1, 0.1, 0.5, 0.5), 2, 0.80), ((0.5, 0.5, 0.9, 0.9), 5, 0.79)
+
+
+def test_the_same_detections_in_another_order_pass():
+    npu = detections(((0.5, 0.5, 0.9, 0.9), 5, 0.795), CAR)
+    verdict = compare_detections(npu, detections(CAR, BUS))
+    assert not verdict.passed  # the best detection changed class
+    nudged = detections(((0.1, 0.1, 0.5, 0.51), 2, 0.79), ((0.5, 0.5, 0.9, 0.9), 5, 0.785))
+    verdict = compare_detections(nudged, detections(CAR, BUS))
+    assert verdict.passed, verdict.describe()
+    assert "every box matched (IoU at least 0.9" in verdict.describe()
+
+
+def test_a_box_moved_or_another_class_or_score_is_rejected():
+    moved = detections(CAR, ((0.55, 0.5, 0.95, 0.9), 5, 0.79))  # IoU 0.78
+    relabelled = detections(CAR, ((0.5, 0.5, 0.9, 0.9), 7, 0.79))
+    rescored = detections(CAR, ((0.5, 0.5, 0.9, 0.9), 5, 0.76))
+    for npu, words in (
+        (moved, "1 of the CPU's boxes unmatched"),
+        (relabelled, "1 of the CPU's boxes unmatched"),
+        (rescored, "largest score difference 0.030 (at most 0.02)"),
+    ):
+        verdict = compare_detections(npu, detections(CAR, BUS))
+        assert not verdict.passed
+        assert words in verdict.describe()
+
+
+def test_no_detections_on_either_side_agree():
+    assert compare_detections(detections(), detections()).passed
