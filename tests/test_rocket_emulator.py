@@ -40,6 +40,7 @@ from testkit.tflite_models import (
     MOBILENET_V2_BODY,
     ConvLayer,
     conv_stack,
+    ssdlite_detector,
 )
 
 from .conftest import started_beside
@@ -92,14 +93,18 @@ BUILDERS = {
         layers=MOBILENET_V2_BODY, size=224, classes=1001, additions=MOBILENET_V2_ADDITIONS
     ),
 }
+# Models of another kind than a convolution stack, by their builder.
+DETECTORS: dict[str, Callable[[Path], Path]] = {"ssdlite-detector-320": ssdlite_detector}
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
+SERVED_DETECTOR = "ssdlite_mobiledet_coco_qat_postprocess.tflite"  # the manifest's file name
 CORES = ("fdab0000", "fdac0000", "fdad0000")  # the board's three NPU cores, by address
 CONCURRENT = 3  # clients at once: one per core
 LABELS = "labels_mobilenet_quant_v1_224.txt"
 
 
 def test_every_case_has_a_builder():
-    assert set(CASES) == set(BUILDERS)
+    assert set(CASES) == set(BUILDERS) | set(DETECTORS)
+    assert not set(BUILDERS) & set(DETECTORS)
 
 
 def _debs_under_test(request, tmp_path_factory) -> Path:
@@ -148,17 +153,36 @@ def _boot(
     cancel: threading.Event,
 ) -> board.Run:
     listed = []
-    for name, arguments in BUILDERS.items():
-        conv_stack(cases / f"{name}.tflite", **arguments, description=name)
+    for name in CASES:
+        if name in DETECTORS:
+            DETECTORS[name](cases / f"{name}.tflite")
+        else:
+            conv_stack(cases / f"{name}.tflite", **BUILDERS[name], description=name)
         listed.append({"name": name, "file": f"{name}.tflite"})
     (cases / "cases.json").write_text(json.dumps(listed))
     models = cases / "models"
     models.mkdir()
     conv_stack(models / SERVED_MODEL, **BUILDERS["mobilenet-v1-classifier"])
     (models / LABELS).write_text("".join(f"class {n}\n" for n in range(1001)))
+    ssdlite_detector(models / SERVED_DETECTOR)
     picture = cases / "picture.jpg"
     pixels = np.random.default_rng(5).integers(0, 256, (240, 320, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(picture, quality=95)
+    scene = cases / "scene.jpg"  # large enough that a pixel is a small part of a box
+    pixels = np.random.default_rng(6).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(scene, quality=95)
+    cpu_answer = cpu_detections(models / SERVED_DETECTOR, scene)
+
+    def detect(port: int) -> dict:
+        """Frigate's DeepStack detector's request: the frame as a multipart form."""
+        result = subprocess.run(
+            [
+                "curl", "-sS", "--fail-with-body", "--max-time", "600",
+                f"http://127.0.0.1:{port}/v1/vision/detection", "-F", f"image=@{scene}",
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return {"exit": result.returncode, "body": result.stdout, "cpu": cpu_answer}
 
     def classify(port: int) -> dict:
         """A DeepStack client's request (curl, a multipart form) on the forwarded port."""
@@ -204,11 +228,12 @@ def _boot(
         """A DeepStack request alone, then CONCURRENT Triton clients at once, each sending
         the same tensor in turn: the server's three NPU owners take them side by side."""
         first = classify(port)
+        detected = detect(port)
         tensor = np.random.default_rng(7).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
         alone = [infer(port, tensor) for _ in range(CONCURRENT)]
         with ThreadPoolExecutor(CONCURRENT) as clients:
             answers = list(clients.map(lambda _: infer(port, tensor), range(CONCURRENT * 4)))
-        return {"classify": first, "alone": alone, "infer": answers}
+        return {"classify": first, "detect": detected, "alone": alone, "infer": answers}
 
     run = board.boot(
         PINS, qemu, guest, cases, at_boot, WORK, served_on_every_core, cancelled=cancel
@@ -258,8 +283,57 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
             "largest_difference": _largest_difference(outputs),
             "core_jobs": _core_jobs(serve),
         },
+        "detector": {
+            "model": SERVED_DETECTOR,
+            "golden": doctor.get("golden.ssdlite", {}).get("summary"),
+            "served": detection_verdict((run.served or {}).get("detect")),
+        },
     }
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
+
+
+def cpu_detections(model: Path, scene: Path) -> list[dict]:
+    """The DeepStack answer's predictions for the scene with the model on the CPU, through
+    the same steps npuctl serve takes (decode, resize, the interpreter, the reply)."""
+    from npuctl.images import decode_rgb
+    from npuctl.platforms.rocket import detect
+    from npuctl.serve.vision_api import DEFAULT_MIN_CONFIDENCE, detection_reply
+
+    picture = decode_rgb(scene.read_bytes(), 50_000_000)
+    found = detect.SsdModel(model, None)
+    outputs, _ = found.run_all([detect.prepare(picture, found.input)])
+    detections = detect.detections(
+        outputs, found.order, picture.size, detect.read_labels(None), DEFAULT_MIN_CONFIDENCE
+    )
+    return json.loads(detection_reply(detections, picture.size, 20, 0.0))["predictions"]
+
+
+def detection_verdict(answer: dict | None) -> dict:
+    """The board's DeepStack answer against the CPU's: every prediction paired in order,
+    same label, confidence within 0.02, the boxes' IoU at least 0.9."""
+    if not answer or answer.get("exit") != 0:
+        return {"passed": False, "verdict": f"no answer: {answer}"}
+    served, cpu = json.loads(answer["body"])["predictions"], answer["cpu"]
+    if len(served) != len(cpu) or not cpu:
+        return {"passed": False, "verdict": f"{len(served)} detections, {len(cpu)} on the CPU"}
+    labels = all(a["label"] == b["label"] for a, b in zip(served, cpu, strict=True))
+    score = max(abs(a["confidence"] - b["confidence"]) for a, b in zip(served, cpu, strict=True))
+    iou = min(_pixel_iou(a, b) for a, b in zip(served, cpu, strict=True))
+    return {
+        "passed": labels and score <= 0.02 and iou >= 0.9,
+        "verdict": f"{len(cpu)} detections as on the CPU: labels "
+        f"{'the same' if labels else 'differ'}, smallest IoU {iou:.2f}, largest confidence "
+        f"difference {score:.3f}",
+        "label": cpu[0]["label"],
+    }
+
+
+def _pixel_iou(first: dict, second: dict) -> float:
+    width = min(first["x_max"], second["x_max"]) - max(first["x_min"], second["x_min"])
+    height = min(first["y_max"], second["y_max"]) - max(first["y_min"], second["y_min"])
+    inter = max(width, 0) * max(height, 0)
+    areas = sum((d["x_max"] - d["x_min"]) * (d["y_max"] - d["y_min"]) for d in (first, second))
+    return inter / (areas - inter) if areas > inter else 0.0
 
 
 def _served_outputs(served: dict) -> list[list[int]]:
@@ -354,6 +428,8 @@ EXPECTED_FINDINGS = {
     "delegate.probe": ("ok", "Teflon delegate loads", None),
     # The served MobileNet is the classifier case: the NPU computes what the CPU does.
     "golden": ("ok", "NPU and CPU agree: top-1", None),
+    # The served detector: its own post-processing on the CPU, the same detections.
+    "golden.ssdlite": ("ok", "ssdlite: NPU and CPU agree", None),
 }
 
 
@@ -409,6 +485,15 @@ def test_npuctl_serve_classifies_over_the_forwarded_port(emulated):
     body = json.loads(answer["body"])
     assert body["success"] is True and len(body["predictions"]) == 3, body
     assert body["predictions"][0]["label"].startswith("class ")
+
+
+def test_npuctl_serve_detects_what_the_cpu_detects(emulated):
+    """Frigate's DeepStack request with the SSDLite detector served on the board: the same
+    detections as the CPU interpreter gives for the same frame, box for box."""
+    assert not emulated.serve_error, emulated.serve_error
+    verdict = detection_verdict(emulated.served.get("detect"))
+    assert verdict["passed"], verdict["verdict"]
+    print(f"\nserved SSDLite: {verdict['verdict']}")
 
 
 def test_npuctl_serve_spreads_its_jobs_over_the_three_cores(emulated):
@@ -472,6 +557,11 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                     "largest_difference": 0,
                     "core_jobs": {"fdab0000": 5, "fdac0000": 6, "fdad0000": 7},
                 },
+                "detector": {
+                    "model": "ssdlite.tflite",
+                    "golden": "Golden check, ssdlite: NPU and CPU agree",
+                    "served": {"passed": True, "verdict": "10 detections as on the CPU"},
+                },
             }
         )
     )
@@ -484,6 +574,7 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     assert "| conv1x1-16-8x8 | agree | passed: difference 1 | 0.5 |" in page
     assert "| core fdab0000 | core fdac0000 | core fdad0000 |\n|---|---|---|\n| 5 | 6 | 7 |" in page
     assert "the largest element difference\nfrom the first is 0" in page
+    assert "answer for the frame:\npassed, 10 detections as on the CPU." in page
 
     source.write_text("[]")
     result = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -66,6 +66,17 @@ def render(report: dict, source: str) -> str:
         "|" + "---|" * len(cores),
         "| " + " | ".join(str(count) for count in cores.values()) + " |",
     ]
+    detector = report.get("detector")
+    if detector:
+        served_detections = detector["served"]
+        lines += [
+            "",
+            f"The served detector ({detector['model']}, built as the `ssdlite-detector-320`",
+            f"case): the doctor's golden check says \"{detector['golden']}\". Frigate's",
+            "DeepStack detection request, against the CPU interpreter's answer for the frame:",
+            f"{'passed' if served_detections['passed'] else 'failed'}, "
+            f"{served_detections['verdict']}.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -566,49 +566,42 @@ def _plan_additions(
     return planned, {number - 3: addition for number, addition in planned.items()}
 
 
-def conv_stack(
-    path: Path,
-    layers: list[ConvLayer],
-    *,
-    size: int,
-    channels: int = 3,
-    signed: bool = False,
-    activation: int = RELU6,
-    seed: int = 3,
-    classes: int = 0,
-    additions: tuple[TableAddition, ...] = (),
-    description: str = "npuctl test convolution stack",
-) -> Path:
-    """Quantized convolutions one after another, each with a fused activation, as a
-    MobileNet's body is: uint8 (or int8 between QUANTIZE ops) with per-tensor scales chosen
-    so that a layer's output spreads over the activation's range instead of saturating.
-    ``additions`` quantize the residual ADDs in turn, and the tensors they add, as Mesa's
-    table does (TableAddition)."""
-    rng = np.random.default_rng(seed)
+@dataclass
+class _Stack:
+    """A model being built layer by layer: its tensors and ops so far, and the tensor the
+    next layer reads (index, channels, size, quantization)."""
+
+    tensors: list[TensorDef]
+    operators: list[OpDef]
+    rng: np.random.Generator
+    kind: int
+    offset: int  # int8 stores uint8's values minus 128
+    activation: int
+    current: int
+    channels: int
+    size: int
+    current_q: tuple[float, int]
+
+
+def _add_layers(
+    stack: _Stack, layers: list[ConvLayer], additions: tuple[TableAddition, ...] = ()
+) -> list[int]:
+    """``layers`` after the stack's current tensor; each layer's output tensor, in turn."""
+    tensors, operators, rng, kind, offset = (
+        stack.tensors,
+        stack.operators,
+        stack.rng,
+        stack.kind,
+        stack.offset,
+    )
     ops_enum = BuiltinOperator.BuiltinOperator
-    kind = TensorType.TensorType.INT8 if signed else TensorType.TensorType.UINT8
-    offset = -128 if signed else 0  # int8 stores uint8's values minus 128
-    activation_q = (6 / 255, offset)
-    tensors = [
-        TensorDef(
-            "input",
-            [1, size, size, channels],
-            TensorType.TensorType.UINT8,
-            quantization=(6 / 255, 0),
-        )
-    ]
-    operators: list[OpDef] = []
-    current = 0
+    signed = kind == TensorType.TensorType.INT8
+    activation, activation_q = stack.activation, (6 / 255, offset)
     linear_q = (12 / 255, 128 + offset)  # [-6, 6]: a projection's output, and a sum's
-    current_q = activation_q  # the current tensor's quantization
+    current, channels, size, current_q = stack.current, stack.channels, stack.size, stack.current_q
     layer_inputs: list[tuple[int, float]] = []
     planned, operand_of = _plan_additions(layers, additions)
-    if signed:
-        tensors.append(
-            TensorDef("input_int8", [1, size, size, channels], kind, quantization=activation_q)
-        )
-        operators.append(OpDef(ops_enum.QUANTIZE, [0], [1]))
-        current = 1
+    outputs = []
     for number, layer in enumerate(layers):
         scale = current_q[0]
         out_channels = channels if layer.depthwise else layer.channels
@@ -665,16 +658,71 @@ def conv_stack(
             )
             current = _residual_add(tensors, operators, current, block_input, sum_tensor)
             current_q = sum_q
+        outputs.append(current)
+    stack.current, stack.channels, stack.size, stack.current_q = current, channels, size, current_q
+    return outputs
+
+
+def conv_stack(
+    path: Path,
+    layers: list[ConvLayer],
+    *,
+    size: int,
+    channels: int = 3,
+    signed: bool = False,
+    activation: int = RELU6,
+    seed: int = 3,
+    classes: int = 0,
+    additions: tuple[TableAddition, ...] = (),
+    description: str = "npuctl test convolution stack",
+) -> Path:
+    """Quantized convolutions one after another, each with a fused activation, as a
+    MobileNet's body is: uint8 (or int8 between QUANTIZE ops) with per-tensor scales chosen
+    so that a layer's output spreads over the activation's range instead of saturating.
+    ``additions`` quantize the residual ADDs in turn, and the tensors they add, as Mesa's
+    table does (TableAddition)."""
+    rng = np.random.default_rng(seed)
+    ops_enum = BuiltinOperator.BuiltinOperator
+    kind = TensorType.TensorType.INT8 if signed else TensorType.TensorType.UINT8
+    offset = -128 if signed else 0  # int8 stores uint8's values minus 128
+    activation_q = (6 / 255, offset)
+    tensors = [
+        TensorDef(
+            "input",
+            [1, size, size, channels],
+            TensorType.TensorType.UINT8,
+            quantization=(6 / 255, 0),
+        )
+    ]
+    operators: list[OpDef] = []
+    current = 0
+    if signed:
+        tensors.append(
+            TensorDef("input_int8", [1, size, size, channels], kind, quantization=activation_q)
+        )
+        operators.append(OpDef(ops_enum.QUANTIZE, [0], [1]))
+        current = 1
+    stack = _Stack(
+        tensors, operators, rng, kind, offset, activation, current, channels, size, activation_q
+    )
+    _add_layers(stack, layers, additions)
+    current = stack.current
     if classes:  # MobileNet's head: average over the picture, 1x1 convolution, flatten
         # The average keeps the map's quantization, as TFLite's does.
         current = _classifier_head(
-            tensors, operators, current, (size, channels, classes), kind, current_q, rng
+            tensors,
+            operators,
+            current,
+            (stack.size, stack.channels, classes),
+            kind,
+            stack.current_q,
+            rng,
         )
     if signed:
         tensors.append(
             TensorDef(
                 "output",
-                [1, size, size, channels],
+                [1, stack.size, stack.size, stack.channels],
                 TensorType.TensorType.UINT8,
                 quantization=(6 / 255, 0),
             )
@@ -682,6 +730,229 @@ def conv_stack(
         operators.append(OpDef(ops_enum.QUANTIZE, [current], [len(tensors) - 1]))
         current = len(tensors) - 1
     return graph_model(path, tensors, operators, [0], [current], description)
+
+
+ConcatenationOptions = importlib.import_module("tflite.ConcatenationOptions")
+
+# SSDLite at 320x320: a MobileNet-style body, narrow (the emulated NPU's time goes with the
+# multiplications), then feature maps at 20x20 and 10x10.
+SSDLITE_BODY = [
+    ConvLayer(16, kernel=3, stride=2),
+    ConvLayer(0, depthwise=True, stride=2),
+    ConvLayer(32),
+    ConvLayer(0, depthwise=True, stride=2),
+    ConvLayer(64),
+    ConvLayer(0, depthwise=True, stride=2),
+    ConvLayer(128),  # 20x20
+    ConvLayer(0, depthwise=True, stride=2),
+    ConvLayer(128),  # 10x10
+]
+SSDLITE_FEATURE_MAPS = (6, 8)  # the layers whose outputs the box and class heads read
+SSD_CLASSES = 90  # COCO's, the background besides
+DETECTED_CLASS = 3  # the class column every anchor 0 scores high in: COCO's car
+
+
+def ssdlite_detector(path: Path, *, size: int = 320, anchors: int = 2, seed: int = 17) -> Path:
+    """SSDLite as the published detectors are laid out: uint8 image in; a body of
+    convolutions; at each feature map a box head and a class head (a depthwise 3x3, then a
+    1x1 convolution to 4 box encodings, or to a score per class and the background, for
+    each anchor of each cell); the cells' predictions reshaped and concatenated, the scores
+    through LOGISTIC, both dequantized into TFLite_Detection_PostProcess (boxes, classes,
+    scores, count). The convolutions are what the NPU computes, the rest runs on the CPU.
+
+    The random weights would make every score about even, and the detections a lottery
+    between two computations a step apart. So the class heads are dominated by their bias:
+    one class at each cell's first anchor far above LOGISTIC's top, every other far below.
+    The detections are then the same anchors on both sides, in the same order, and what
+    the NPU's arithmetic decides is where each box lies (the box heads)."""
+    rng = np.random.default_rng(seed)
+    ops_enum = BuiltinOperator.BuiltinOperator
+    uint8, int32, float32 = (
+        TensorType.TensorType.UINT8,
+        TensorType.TensorType.INT32,
+        TensorType.TensorType.FLOAT32,
+    )
+    image_q = (1 / 128, 128)
+    tensors = [
+        TensorDef("normalized_input_image_tensor", [1, size, size, 3], uint8, quantization=image_q)
+    ]
+    operators: list[OpDef] = []
+    stack = _Stack(tensors, operators, rng, uint8, 0, RELU6, 0, 3, size, image_q)
+    outputs = _add_layers(stack, SSDLITE_BODY)
+    box_q, class_q = (12 / 255, 128), (16 / 255, 128)  # class logits reach +-8: past LOGISTIC's top
+    boxes, scores, anchor_boxes = [], [], []
+    for layer in SSDLITE_FEATURE_MAPS:
+        cells = -(-size // 2 ** sum(1 for step in SSDLITE_BODY[: layer + 1] if step.stride == 2))
+        count, channels = cells * cells * anchors, SSDLITE_BODY[layer].channels
+        for head, width, quantization, bias in (
+            ("box", 4, box_q, None),
+            ("class", SSD_CLASSES + 1, class_q, _class_logits(anchors)),
+        ):
+            branch = _Stack(
+                tensors,
+                operators,
+                rng,
+                uint8,
+                0,
+                RELU6,
+                outputs[layer],
+                channels,
+                cells,
+                (6 / 255, 0),
+            )
+            (made,) = _add_layers(branch, [ConvLayer(0, depthwise=True)])
+            predicted = _prediction_conv(
+                tensors,
+                operators,
+                rng,
+                (made, channels, cells),
+                anchors * width,
+                quantization,
+                bias,
+            )
+            tensors += [
+                TensorDef(
+                    f"{head}_shape_{layer}",
+                    [3],
+                    int32,
+                    np.array([1, count, width], np.int32).tobytes(),
+                ),
+                TensorDef(f"{head}_{layer}", [1, count, width], uint8, quantization=quantization),
+            ]
+            operators.append(
+                OpDef(ops_enum.RESHAPE, [predicted, len(tensors) - 2], [len(tensors) - 1])
+            )
+            (boxes if head == "box" else scores).append(len(tensors) - 1)
+        centres = (np.arange(cells) + 0.5) / cells
+        for y in centres:
+            for x in centres:
+                for anchor in range(anchors):
+                    side = (1 + anchor) / cells  # a cell, then two
+                    anchor_boxes.append((y, x, side, side))
+    total = len(anchor_boxes)
+    concatenated = {"box": (boxes, box_q, 4), "class": (scores, class_q, SSD_CLASSES + 1)}
+    for head, (parts, quantization, width) in concatenated.items():
+        tensors.append(
+            TensorDef(f"{head}_all", [1, total, width], uint8, quantization=quantization)
+        )
+        operators.append(
+            OpDef(
+                ops_enum.CONCATENATION,
+                parts,
+                [len(tensors) - 1],
+                (BuiltinOptions.BuiltinOptions.ConcatenationOptions, _concatenation_options),
+            )
+        )
+    tensors.append(
+        TensorDef("class_scores", [1, total, SSD_CLASSES + 1], uint8, quantization=(1 / 256, 0))
+    )
+    operators.append(OpDef(ops_enum.LOGISTIC, [len(tensors) - 2], [len(tensors) - 1]))
+    box_all, class_scores = len(tensors) - 3, len(tensors) - 1
+    tensors += [
+        TensorDef("raw_outputs/box_encodings", [1, total, 4], float32),
+        TensorDef("raw_outputs/class_predictions", [1, total, SSD_CLASSES + 1], float32),
+        TensorDef("anchors", [total, 4], float32, np.array(anchor_boxes, np.float32).tobytes()),
+        TensorDef("TFLite_Detection_PostProcess", [1, 10, 4], float32),
+        TensorDef("TFLite_Detection_PostProcess:1", [1, 10], float32),
+        TensorDef("TFLite_Detection_PostProcess:2", [1, 10], float32),
+        TensorDef("TFLite_Detection_PostProcess:3", [1], float32),
+    ]
+    first = len(tensors) - 7
+    postprocess = flexbuffers.Dumps(
+        {
+            "max_detections": 10,
+            "max_classes_per_detection": 1,
+            "detections_per_class": 10,
+            "use_regular_nms": False,
+            "nms_score_threshold": 0.5,
+            "nms_iou_threshold": 0.6,
+            "num_classes": SSD_CLASSES,
+            "y_scale": 10.0,
+            "x_scale": 10.0,
+            "h_scale": 5.0,
+            "w_scale": 5.0,
+        }
+    )
+    operators += [
+        OpDef(ops_enum.DEQUANTIZE, [box_all], [first]),
+        OpDef(ops_enum.DEQUANTIZE, [class_scores], [first + 1]),
+        OpDef(
+            "TFLite_Detection_PostProcess",
+            [first, first + 1, first + 2],
+            list(range(first + 3, first + 7)),
+            custom_options=postprocess,
+        ),
+    ]
+    return graph_model(
+        path, tensors, operators, [0], list(range(first + 3, first + 7)), "npuctl test SSDLite"
+    )
+
+
+def _class_logits(anchors: int) -> np.ndarray:
+    """The class heads' biases as logits: DETECTED_CLASS at each cell's first anchor at +7
+    (LOGISTIC's top step from about +5.2 on), everything else at -7."""
+    logits = np.full((anchors, SSD_CLASSES + 1), -7.0)
+    logits[0, DETECTED_CLASS] = 7.0
+    return logits.reshape(-1)
+
+
+def _prediction_conv(
+    tensors: list[TensorDef],
+    operators: list[OpDef],
+    rng: np.random.Generator,
+    source: tuple[int, int, int],
+    out_channels: int,
+    quantization: tuple[float, int],
+    bias_logits: np.ndarray | None,
+) -> int:
+    """A linear 1x1 convolution of a head. Its weights take few steps: the box encodings
+    stay within a fraction of an anchor, and a class head's logits within a step or so of
+    its bias."""
+    current, channels, cells = source
+    input_scale = 6 / 255
+    weight_scale = 3 / (np.sqrt(channels) * 3.46 * 37)
+    steps = 4 if bias_logits is not None else 16
+    weights = rng.integers(128 - steps, 129 + steps, (out_channels, 1, 1, channels))
+    logits = np.zeros(out_channels) if bias_logits is None else bias_logits
+    bias = np.round(logits / (input_scale * weight_scale)).astype(np.int32)
+    number = len(tensors)
+    tensors += [
+        TensorDef(
+            f"weights_{number}",
+            [out_channels, 1, 1, channels],
+            TensorType.TensorType.UINT8,
+            weights.astype(np.uint8).tobytes(),
+            (weight_scale, 128),
+        ),
+        TensorDef(
+            f"bias_{number}",
+            [out_channels],
+            TensorType.TensorType.INT32,
+            bias.tobytes(),
+            (input_scale * weight_scale, 0),
+        ),
+        TensorDef(
+            f"prediction_{number}",
+            [1, cells, cells, out_channels],
+            TensorType.TensorType.UINT8,
+            quantization=quantization,
+        ),
+    ]
+    operators.append(
+        OpDef(
+            BuiltinOperator.BuiltinOperator.CONV_2D,
+            [current, number, number + 1],
+            [number + 2],
+            _conv_options(ConvLayer(out_channels), 0),
+        )
+    )
+    return number + 2
+
+
+def _concatenation_options(builder: flatbuffers.Builder) -> int:
+    ConcatenationOptions.Start(builder)
+    ConcatenationOptions.AddAxis(builder, 1)
+    return ConcatenationOptions.End(builder)
 
 
 def _classifier_head(
