@@ -97,6 +97,7 @@ BUILDERS = {
 DETECTORS: dict[str, Callable[[Path], Path]] = {"ssdlite-detector-320": ssdlite_detector}
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
 SERVED_DETECTOR = "ssdlite_mobiledet_coco_qat_postprocess.tflite"  # the manifest's file name
+SERVED_V2 = "mobilenet_v2_1.0_224_quant.tflite"
 CORES = ("fdab0000", "fdac0000", "fdad0000")  # the board's three NPU cores, by address
 CONCURRENT = 3  # clients at once: one per core
 LABELS = "labels_mobilenet_quant_v1_224.txt"
@@ -165,6 +166,10 @@ def _boot(
     conv_stack(models / SERVED_MODEL, **BUILDERS["mobilenet-v1-classifier"])
     (models / LABELS).write_text("".join(f"class {n}\n" for n in range(1001)))
     ssdlite_detector(models / SERVED_DETECTOR)
+    # MobileNetV2 at the addition scales Mesa programs (the case that agrees).
+    conv_stack(models / SERVED_V2, **BUILDERS["mobilenet-v2-classifier-table-scales"])
+    v2_tensor = np.random.default_rng(9).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
+    v2_cpu = cpu_scores(models / SERVED_V2, v2_tensor)
     picture = cases / "picture.jpg"
     pixels = np.random.default_rng(5).integers(0, 256, (240, 320, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(picture, quality=95)
@@ -196,11 +201,11 @@ def _boot(
         )  # fmt: skip
         return {"exit": result.returncode, "body": result.stdout, "stderr": result.stderr}
 
-    def infer(port: int, tensor: np.ndarray) -> dict:
+    def infer(port: int, tensor: np.ndarray, model: str = "mobilenet") -> dict:
         """A Triton client's request: the input tensor as binary data, the output as JSON.
         No decode or resize on the board: the NPU's share of a request is the largest."""
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        meta = json.loads(_get(connection, "/v2/models/mobilenet"))["inputs"][0]
+        meta = json.loads(_get(connection, f"/v2/models/{model}"))["inputs"][0]
         header = json.dumps(
             {
                 "inputs": [
@@ -215,7 +220,7 @@ def _boot(
         ).encode()
         connection.request(
             "POST",
-            "/v2/models/mobilenet/infer",
+            f"/v2/models/{model}/infer",
             body=header + tensor.tobytes(),
             headers={"Inference-Header-Content-Length": str(len(header))},
         )
@@ -229,11 +234,18 @@ def _boot(
         the same tensor in turn: the server's three NPU owners take them side by side."""
         first = classify(port)
         detected = detect(port)
+        second = infer(port, v2_tensor, "mobilenet-v2")
         tensor = np.random.default_rng(7).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
         alone = [infer(port, tensor) for _ in range(CONCURRENT)]
         with ThreadPoolExecutor(CONCURRENT) as clients:
             answers = list(clients.map(lambda _: infer(port, tensor), range(CONCURRENT * 4)))
-        return {"classify": first, "detect": detected, "alone": alone, "infer": answers}
+        return {
+            "classify": first,
+            "detect": detected,
+            "mobilenet-v2": {**second, "cpu": v2_cpu},
+            "alone": alone,
+            "infer": answers,
+        }
 
     run = board.boot(
         PINS, qemu, guest, cases, at_boot, WORK, served_on_every_core, cancelled=cancel
@@ -283,6 +295,11 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
             "largest_difference": _largest_difference(outputs),
             "core_jobs": _core_jobs(serve),
         },
+        "mobilenet_v2": {
+            "model": SERVED_V2,
+            "golden": doctor.get("golden.mobilenet-v2", {}).get("summary"),
+            "served": v2_verdict((run.served or {}).get("mobilenet-v2")),
+        },
         "detector": {
             "model": SERVED_DETECTOR,
             "golden": doctor.get("golden.ssdlite", {}).get("summary"),
@@ -290,6 +307,16 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
         },
     }
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
+
+
+def cpu_scores(model: Path, tensor: np.ndarray) -> list[int]:
+    """The classifier's scores for the tensor from the CPU interpreter."""
+    from npuctl.platforms.rocket.litert import interpreter
+
+    loaded = interpreter(model, None)
+    loaded.set_tensor(loaded.get_input_details()[0]["index"], tensor)
+    loaded.invoke()
+    return loaded.get_tensor(loaded.get_output_details()[0]["index"]).reshape(-1).tolist()
 
 
 def cpu_detections(model: Path, scene: Path) -> list[dict]:
@@ -430,6 +457,8 @@ EXPECTED_FINDINGS = {
     "golden": ("ok", "NPU and CPU agree: top-1", None),
     # The served detector: its own post-processing on the CPU, the same detections.
     "golden.ssdlite": ("ok", "ssdlite: NPU and CPU agree", None),
+    # MobileNetV2 at the addition scales Mesa programs, served too.
+    "golden.mobilenet-v2": ("ok", "mobilenet-v2: NPU and CPU agree", None),
 }
 
 
@@ -485,6 +514,27 @@ def test_npuctl_serve_classifies_over_the_forwarded_port(emulated):
     body = json.loads(answer["body"])
     assert body["success"] is True and len(body["predictions"]) == 3, body
     assert body["predictions"][0]["label"].startswith("class ")
+
+
+def test_npuctl_serve_answers_mobilenet_v2_as_the_cpu_does(emulated):
+    """A Triton client's request to the served MobileNetV2: npuctl's golden check of the
+    board's scores against the CPU interpreter's for the same tensor passes."""
+    assert not emulated.serve_error, emulated.serve_error
+    verdict = v2_verdict(emulated.served.get("mobilenet-v2"))
+    assert verdict["passed"], verdict["verdict"]
+    print(f"\nserved MobileNetV2: {verdict['verdict']}")
+
+
+def v2_verdict(answer: dict | None) -> dict:
+    """The board's answer to the Triton request against the CPU's scores, by npuctl's
+    golden check."""
+    from npuctl.platforms.rocket.golden import compare
+
+    if not answer or answer.get("status") != 200:
+        return {"passed": False, "verdict": f"no answer: {str(answer)[:300]}"}
+    served = np.array(json.loads(answer["body"])["outputs"][0]["data"]).astype(np.uint8)
+    verdict = compare(served, np.array(answer["cpu"], dtype=np.uint8))
+    return {"passed": verdict.passed, "verdict": verdict.describe()}
 
 
 def test_npuctl_serve_detects_what_the_cpu_detects(emulated):
@@ -557,6 +607,11 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                     "largest_difference": 0,
                     "core_jobs": {"fdab0000": 5, "fdac0000": 6, "fdad0000": 7},
                 },
+                "mobilenet_v2": {
+                    "model": "v2.tflite",
+                    "golden": "Golden check, mobilenet-v2: NPU and CPU agree",
+                    "served": {"passed": True, "verdict": "top-1 737 on both"},
+                },
                 "detector": {
                     "model": "ssdlite.tflite",
                     "golden": "Golden check, ssdlite: NPU and CPU agree",
@@ -575,6 +630,7 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     assert "| core fdab0000 | core fdac0000 | core fdad0000 |\n|---|---|---|\n| 5 | 6 | 7 |" in page
     assert "the largest element difference\nfrom the first is 0" in page
     assert "answer for the frame:\npassed, 10 detections as on the CPU." in page
+    assert "against the CPU interpreter's scores for the same tensor: passed, top-1 737" in page
 
     source.write_text("[]")
     result = subprocess.run(command, capture_output=True, text=True, check=False)

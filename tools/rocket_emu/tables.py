@@ -66,6 +66,15 @@ def render(report: dict, source: str) -> str:
         "|" + "---|" * len(cores),
         "| " + " | ".join(str(count) for count in cores.values()) + " |",
     ]
+    v2 = report.get("mobilenet_v2")
+    if v2:
+        lines += [
+            "",
+            f"MobileNetV2 at the addition scales Mesa programs ({v2['model']}), served beside it:",
+            f"the doctor's golden check says \"{v2['golden']}\". A Triton client's request",
+            "against the CPU interpreter's scores for the same tensor: "
+            f"{'passed' if v2['served']['passed'] else 'failed'}, {v2['served']['verdict']}.",
+        ]
     detector = report.get("detector")
     if detector:
         served_detections = detector["served"]

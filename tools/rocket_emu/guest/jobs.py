@@ -171,7 +171,7 @@ def serve() -> None:
     """npuctl serve with one NPU owner per core, as on the board (npuctl serve --workers 3)."""
     command = [
         "npuctl", "serve", "--host", "0.0.0.0", "--port", str(PORT),
-        "--models", "mobilenet,ssdlite", "--workers", str(WORKERS),
+        "--models", "mobilenet,mobilenet-v2,ssdlite", "--workers", str(WORKERS),
     ]  # fmt: skip
     server = subprocess.Popen(command, env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + CHILD_SECONDS
