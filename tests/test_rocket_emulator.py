@@ -345,7 +345,9 @@ def detection_verdict(answer: dict | None) -> dict:
         return {"passed": False, "verdict": f"{len(served)} detections, {len(cpu)} on the CPU"}
     labels = all(a["label"] == b["label"] for a, b in zip(served, cpu, strict=True))
     score = max(abs(a["confidence"] - b["confidence"]) for a, b in zip(served, cpu, strict=True))
-    iou = min(_pixel_iou(a, b) for a, b in zip(served, cpu, strict=True))
+    from npuctl.platforms.rocket.golden import iou as overlap
+
+    iou = min(overlap(*(_corners(d) for d in pair)) for pair in zip(served, cpu, strict=True))
     return {
         "passed": labels and score <= 0.02 and iou >= 0.9,
         "verdict": f"{len(cpu)} detections as on the CPU: labels "
@@ -355,12 +357,9 @@ def detection_verdict(answer: dict | None) -> dict:
     }
 
 
-def _pixel_iou(first: dict, second: dict) -> float:
-    width = min(first["x_max"], second["x_max"]) - max(first["x_min"], second["x_min"])
-    height = min(first["y_max"], second["y_max"]) - max(first["y_min"], second["y_min"])
-    inter = max(width, 0) * max(height, 0)
-    areas = sum((d["x_max"] - d["x_min"]) * (d["y_max"] - d["y_min"]) for d in (first, second))
-    return inter / (areas - inter) if areas > inter else 0.0
+def _corners(prediction: dict) -> tuple[int, int, int, int]:
+    """A DeepStack box in the post-processing op's order (y_min, x_min, y_max, x_max)."""
+    return (prediction["y_min"], prediction["x_min"], prediction["y_max"], prediction["x_max"])
 
 
 def _served_outputs(served: dict) -> list[list[int]]:

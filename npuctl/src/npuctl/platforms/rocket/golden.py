@@ -5,6 +5,7 @@ of at least 0.9, of the same class and with a score within 0.02."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,7 +150,7 @@ def compare_detections(npu: list[np.ndarray], cpu: list[np.ndarray]) -> Detectio
         int(cpu_classes[0]) if cpu_classes.size else -1,
         max(differences, default=0.0),
         unmatched=int(cpu_scores.size) - len(pairs),
-        smallest_iou=min((iou for _, _, iou in pairs), default=1.0),
+        smallest_iou=min((overlap for _, _, overlap in pairs), default=1.0),
     )
 
 
@@ -162,18 +163,18 @@ def _pairs(
     pairs = []
     for i in range(cpu_boxes.shape[0]):
         choices = [
-            (_iou(cpu_boxes[i], npu_boxes[j]), j)
+            (iou(cpu_boxes[i], npu_boxes[j]), j)
             for j in range(npu_boxes.shape[0])
             if j not in taken and int(npu_classes[j]) == int(cpu_classes[i])
         ]
-        iou, j = max(choices, default=(0.0, -1))
-        if iou >= IOU_AT_LEAST:
+        best, j = max(choices, default=(0.0, -1))
+        if best >= IOU_AT_LEAST:
             taken.add(j)
-            pairs.append((i, j, iou))
+            pairs.append((i, j, best))
     return pairs
 
 
-def _iou(first: np.ndarray, second: np.ndarray) -> float:
+def iou(first: Sequence[float], second: Sequence[float]) -> float:
     """Of two boxes given as ymin, xmin, ymax, xmax (the post-processing op's order)."""
     height = min(first[2], second[2]) - max(first[0], second[0])
     width = min(first[3], second[3]) - max(first[1], second[1])
@@ -182,5 +183,5 @@ def _iou(first: np.ndarray, second: np.ndarray) -> float:
     area += float((second[2] - second[0]) * (second[3] - second[1]))
     union = area - inter
     if union <= 0:  # two empty boxes at one place are the same box
-        return 1.0 if np.array_equal(first, second) else 0.0
+        return 1.0 if list(first) == list(second) else 0.0
     return inter / union
