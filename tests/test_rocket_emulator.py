@@ -267,6 +267,7 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
     install = run.first("install") or {}
     serve = run.first("serve") or {}
     outputs = _served_outputs(run.served or {})
+    host_seconds = board.case_seconds(run.marks)
     doctor = {
         finding["id"]: finding
         for finding in (run.first("doctor") or {}).get("report", {}).get("checks", [])
@@ -279,11 +280,13 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
         "guest_build_seconds": guest.facts.get("build_seconds"),
         "boot_seconds": run.seconds,
         "install_seconds": install.get("seconds"),
+        "phases": board.phases(run.marks, run.seconds),
         "cases": {
             case["name"]: {
                 "expect": CASES[case["name"]]["expect"],
                 "golden": case["golden"],
                 "seconds": case["seconds"],
+                "host_seconds": host_seconds.get(case["name"]),
             }
             for case in run.all("case")
             if case["name"] in CASES
@@ -592,11 +595,13 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                 "guest_build_seconds": 600.0,
                 "boot_seconds": 120.0,
                 "install_seconds": 9.5,
+                "phases": {"kernel and init": 30.0, "npuctl doctor": None},
                 "cases": {
                     "conv1x1-16-8x8": {
                         "expect": "agree",
                         "golden": {"ok": True, "passed": True, "verdict": "difference 1"},
                         "seconds": 0.5,
+                        "host_seconds": 4.2,
                     }
                 },
                 "served": {
@@ -625,7 +630,9 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     assert result.returncode == 0, result.stderr
     page = output.read_text()
     assert "| a cold run (the three above) | 1020 s (17.0 min) |" in page
-    assert "| conv1x1-16-8x8 | agree | passed: difference 1 | 0.5 |" in page
+    assert "| conv1x1-16-8x8 | agree | passed: difference 1 | 4.2 | 0.5 |" in page
+    assert "| of which: kernel and init | 30 s |" in page
+    assert "| of which: npuctl doctor | not recorded |" in page
     assert "| core fdab0000 | core fdac0000 | core fdad0000 |\n|---|---|---|\n| 5 | 6 | 7 |" in page
     assert "the largest element difference\nfrom the first is 0" in page
     assert "answer for the frame:\npassed, 10 detections as on the CPU." in page
@@ -642,3 +649,57 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     result = subprocess.run(missing, capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().endswith("run 'make check-rocket-emu' first")
+
+
+def test_the_boot_is_timed_by_the_host_part_by_part():
+    """The report's parts come from when the guest's lines reached the host; a part whose
+    line never came is not recorded, and the part after it neither."""
+    case = 'LAB-RESULT case {"name": "%s"}'
+    marks = [
+        (30.0, "LAB: booted 7"),
+        (40.0, "LAB: accel node after 0s"),
+        (50.0, "LAB-RESULT install {}"),
+        (90.0, "LAB-RESULT doctor {}"),
+        (100.0, case % "small"),
+        (112.5, case % "large"),
+        (150.0, board.READY),
+        (190.0, board.REQUESTS_DONE),
+    ]
+    found = board.phases(marks, 200.0)
+    assert list(found) == [name for name, _ in board.PHASES]
+    assert list(found.values()) == [30.0, 10.0, 10.0, 40.0, 22.5, 37.5, 40.0, 10.0]
+    assert board.case_seconds(marks) == {"small": 10.0, "large": 12.5}
+    cut = board.phases(marks[:3], 60.0)
+    assert cut["npuctl doctor"] is None and cut["every case"] is None
+    assert cut["installing npuctl's .debs"] == 10.0
+
+
+def test_a_case_that_ends_the_board_s_child_ends_only_itself(tmp_path, monkeypatch, capsys):
+    """The guest's cases run in one child; one that kills it is reported with the child's
+    exit and stderr, and the cases after it still run, in a new child."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("guest_jobs", board.GUEST_FILES / "jobs.py")
+    assert spec and spec.loader
+    jobs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jobs)
+    listed = [{"name": f"case{n}", "file": f"case{n}.tflite"} for n in range(4)]
+    (tmp_path / "cases.json").write_text(json.dumps(listed))
+    monkeypatch.setattr(jobs, "CASES", tmp_path)
+    monkeypatch.setattr(
+        jobs,
+        "CASES_CHILD",
+        "import json, os, sys\n"
+        "for model in sys.argv[2:]:\n"
+        "    if model.endswith('case1.tflite'):\n"
+        "        sys.stderr.write('Segmentation fault\\n'); sys.stderr.flush(); os._exit(139)\n"
+        "    print('CASE ' + json.dumps({'model': model, 'golden': {'ok': True},"
+        " 'seconds': 0.1}), flush=True)\n",
+    )
+    jobs.cases()
+    found = board.results(capsys.readouterr().out)
+    assert [document["name"] for _, document in found] == [c["name"] for c in listed]
+    crashed = found[1][1]
+    assert crashed["golden"] is None and crashed["golden_exit"] == 139
+    assert "Segmentation fault" in crashed["golden_stderr"]
+    assert all(found[n][1]["golden"] == {"ok": True} for n in (0, 2, 3))

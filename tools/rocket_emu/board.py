@@ -6,6 +6,7 @@ host, the console kept in a log. While the guest serves, the host's requests run
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import shutil
 import socket
@@ -26,6 +27,18 @@ from .pins import Pins
 
 READY = "LAB: serve ready"
 RESULT = "LAB-RESULT "
+REQUESTS_DONE = "host: requests done"  # the host's own mark among the guest's
+# The boot's parts, each ending at the last mark that starts with its words.
+PHASES = (
+    ("kernel and init", "LAB: booted"),
+    ("devices: udev's coldplug, rocket's probe", "LAB: accel node"),
+    ("installing npuctl's .debs", "LAB-RESULT install"),
+    ("npuctl doctor", "LAB-RESULT doctor"),
+    ("every case", "LAB-RESULT case"),
+    ("npuctl serve starting", READY),
+    ("the host's requests", REQUESTS_DONE),
+    ("serve's stop, dmesg, power off", ""),
+)
 
 
 @dataclass
@@ -36,6 +49,9 @@ class Run:
     serve_error: str = ""
     debs_sent: dict[str, str] = field(default_factory=dict)  # package -> version
     results: list[tuple[str, dict]] = field(default_factory=list)
+    # When each of the guest's "LAB" lines reached the host, in the host's seconds since
+    # QEMU started (the guest's own clock counts instructions), and the line.
+    marks: list[tuple[float, str]] = field(default_factory=list)
 
     def first(self, kind: str) -> dict | None:
         return next((document for name, document in self.results if name == kind), None)
@@ -108,6 +124,31 @@ def _initrd(guest: GuestRoot, cases: Path, debs: list[Path], work: Path) -> Path
     return initrd
 
 
+def phases(marks: list[tuple[float, str]], total: float) -> dict[str, float | None]:
+    """Host seconds of each of PHASES (None where its mark never came)."""
+    found: dict[str, float | None] = {}
+    before: float | None = 0.0
+    for name, ends in PHASES:
+        at = (
+            max((seconds for seconds, line in marks if line.startswith(ends)), default=None)
+            if ends
+            else total
+        )
+        found[name] = None if at is None or before is None else round(at - before, 1)
+        before = at
+    return found
+
+
+def case_seconds(marks: list[tuple[float, str]]) -> dict[str, float]:
+    """Host seconds of each case, from the mark before its result to its result."""
+    found = {}
+    for (before, _), (at, line) in itertools.pairwise(marks):
+        if line.startswith(RESULT + "case "):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                found[json.loads(line.split(" ", 2)[2])["name"]] = round(at - before, 1)
+    return found
+
+
 def results(console: str) -> list[tuple[str, Any]]:
     """What the guest's jobs reported: one RESULT line each, a kind and a JSON document."""
     found = []
@@ -157,12 +198,14 @@ def boot(
                 kept.write(line)
                 kept.flush()
                 lines.append(line)
+                if line.startswith("LAB"):
+                    run.marks.append((round(time.monotonic() - started, 1), line.strip()))
                 if line.startswith(READY):
                     ready.set()
 
+    run = Run("", 0.0, debs_sent={deb.name.split("_")[0]: deb.name.split("_")[1] for deb in debs})
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    run = Run("", 0.0, debs_sent={deb.name.split("_")[0]: deb.name.split("_")[1] for deb in debs})
     deadline = started + timeout
     stop = cancelled or threading.Event()
     while (
@@ -177,6 +220,7 @@ def boot(
             run.served = while_serving(port)
         except Exception as error:  # the guest must finish either way; the test says why
             run.serve_error = f"{type(error).__name__}: {error}"
+        run.marks.append((round(time.monotonic() - started, 1), REQUESTS_DONE))
         assert process.stdin is not None
         process.stdin.write("done\n")
         process.stdin.flush()

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,25 +22,39 @@ PORT = 8000
 WORKERS = 3  # the RK3588's NPU cores
 CHILD_SECONDS = 900
 ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_TIMEOUT": "900"}
-# The execution plan after Teflon took what it runs: which ops are left to the CPU.
-# The graph's nodes once the interpreter is ready: a delegate that took ops adds a DELEGATE
-# node. The CPU reference runs without TFLite's default (XNNPACK) delegate.
-PLANS = """
-import json, sys
+# Each case in turn, in one interpreter process (each process start costs the emulated board
+# seconds): the execution plan after Teflon took what it runs (the graph's nodes once the
+# interpreter is ready: a delegate that took ops adds a DELEGATE node; the CPU reference runs
+# without TFLite's default XNNPACK delegate), then npuctl's golden check, the probe's own
+# function, as the doctor's child runs it. One "CASE <json>" line each.
+CASES_CHILD = """
+import json, sys, time
 from npuctl.platforms.rocket.litert import load_module
+from npuctl.platforms.rocket.probe import golden
 litert = load_module()
+library = sys.argv[1]
 for model in sys.argv[2:]:
-    plans = {"model": model}
+    started = time.monotonic()
+    found = {"model": model}
     for side, options in (
-        ("plan", {"experimental_delegates": [litert.load_delegate(sys.argv[1])]}),
+        ("plan", {"experimental_delegates": [litert.load_delegate(library)]}),
         ("cpu_plan", {"experimental_op_resolver_type":
             litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}),
     ):
-        loaded = litert.Interpreter(model_path=model, **options)
-        loaded.allocate_tensors()
-        plans[side] = [op["op_name"] for op in loaded._get_ops_details()]
-        del loaded
-    print("PLANS " + json.dumps(plans), flush=True)
+        try:
+            loaded = litert.Interpreter(model_path=model, **options)
+            loaded.allocate_tensors()
+            found[side] = [op["op_name"] for op in loaded._get_ops_details()]
+            del loaded
+        except Exception as error:
+            found[side + "_error"] = str(error)
+    try:
+        found["golden"] = golden(model, library)
+    except Exception as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        found["golden"] = {"ok": False, "stage": "model", "error": lines[0]}
+    found["seconds"] = round(time.monotonic() - started, 1)
+    print("CASE " + json.dumps(found), flush=True)
 """
 
 
@@ -105,35 +121,56 @@ def doctor() -> None:
     result("doctor", {"exit": code, "report": report, "stderr": err[-800:], "seconds": seconds})
 
 
+def run_cases(names: dict[str, str]) -> tuple[set[str], int, str]:
+    """CASES_CHILD on the models (model -> case name), each case reported as its line comes
+    (the host times the cases by them): the models done, the child's exit, stderr's end."""
+    done: set[str] = set()
+    with tempfile.TemporaryFile("w+") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CASES_CHILD, TEFLON, *names],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=ENVIRONMENT,
+        )  # fmt: skip
+        timer = threading.Timer(CHILD_SECONDS, child.kill)  # a hung case ends the child
+        timer.start()
+        assert child.stdout is not None
+        for line in child.stdout:
+            if not line.startswith("CASE "):
+                continue
+            found = json.loads(line[len("CASE ") :])
+            done.add(found["model"])
+            result(
+                "case",
+                {
+                    "name": names[found["model"]],
+                    "plan": found.get("plan"),
+                    "cpu_plan": found.get("cpu_plan"),
+                    "plan_stderr": found.get("plan_error", "") + found.get("cpu_plan_error", ""),
+                    "golden": found["golden"],
+                    "golden_exit": 0,
+                    "golden_stderr": "",
+                    "seconds": found["seconds"],
+                },
+            )
+        code = child.wait()
+        timer.cancel()
+        stderr.seek(0)
+        return done, code, stderr.read()[-600:]
+
+
 def cases() -> None:
-    """Every case's two plans from one interpreter process (each process start costs the
-    emulated board seconds), then npuctl's golden check of each, in its own child as the
-    doctor runs it."""
+    """Every case in one child (CASES_CHILD). When a case ends that child (a crash, a hang),
+    the case is reported with the child's exit and stderr, and the cases after it run in a
+    new child."""
     listed = json.loads((CASES / "cases.json").read_text())
-    models = [str(CASES / case["file"]) for case in listed]
-    _, out, err, _ = child([sys.executable, "-c", PLANS, TEFLON, *models])
-    plans = {}
-    for line in out.splitlines():
-        if line.startswith("PLANS "):
-            found = json.loads(line[len("PLANS ") :])
-            plans[found["model"]] = found
-    for case, model in zip(listed, models, strict=True):
-        golden_code, golden_out, golden_err, golden_seconds = child(
-            [sys.executable, "-m", "npuctl.platforms.rocket.probe", "golden", model, TEFLON]
-        )
-        result(
-            "case",
-            {
-                "name": case["name"],
-                "plan": plans.get(model, {}).get("plan"),
-                "cpu_plan": plans.get(model, {}).get("cpu_plan"),
-                "plan_stderr": err[-600:],
-                "golden": last_json(golden_out),
-                "golden_exit": golden_code,
-                "golden_stderr": golden_err[-400:],
-                "seconds": golden_seconds,
-            },
-        )
+    waiting = {str(CASES / case["file"]): case["name"] for case in listed}
+    while waiting:
+        done, code, stderr = run_cases(waiting)
+        left = [model for model in waiting if model not in done]
+        if left:  # the case the child ended on
+            result("case", {"name": waiting[left[0]], "golden": None, "golden_exit": code,
+                            "golden_stderr": stderr, "plan": None, "cpu_plan": None,
+                            "plan_stderr": stderr, "seconds": None})  # fmt: skip
+        waiting = {model: waiting[model] for model in left[1:]}
 
 
 def npu_interrupts() -> dict[str, int]:
