@@ -185,7 +185,7 @@ def test_every_family_fills_the_typed_interface():
 def test_the_type_checker_catches_a_family_that_strays(tmp_path: Path):
     """A family whose stage has another signature, or that lacks one, fails make lint."""
     shutil.copytree(ROOT / "npuctl", tmp_path / "npuctl", ignore=shutil.ignore_patterns("build"))
-    family = tmp_path / "npuctl/src/npuctl/platforms/rocket/__init__.py"
+    family = tmp_path / "npuctl/src/npuctl/platforms/rocket/platform.py"
     text = family.read_text()
     family.write_text(
         text.replace(

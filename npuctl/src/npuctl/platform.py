@@ -25,6 +25,7 @@ families costs nothing. The stages, in the order a board goes through them:
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,8 +105,10 @@ class Platform(ABC):
 
     @property
     def package(self) -> str:
-        """The Python package that implements it (and holds its models.yaml)."""
-        return type(self).__module__
+        """The Python package that implements it (and holds its models.yaml): its class's
+        module's package (the class may live in the package's __init__ or a module of it)."""
+        module = type(self).__module__
+        return sys.modules[module].__package__ or module
 
     @abstractmethod
     def locate(self, system: System) -> str | None:

@@ -12,10 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from npuctl.drivers import for_platform
 from npuctl.errors import ExitCode, NpuctlError
-
-from . import PLATFORM
 
 RUNTIME_DIR = "/var/lib/npuctl/python"
 MISSING_FIX = (
@@ -25,6 +22,11 @@ MISSING_FIX = (
 
 def requirement() -> str:
     """The runtime's version range, as the driver's description declares it (npuctl_requires)."""
+    # Here, not at the top: the child probes import this module and need neither.
+    from npuctl.drivers import for_platform
+
+    from . import PLATFORM
+
     return next(
         needed
         for needed in for_platform(PLATFORM.name).python_requires

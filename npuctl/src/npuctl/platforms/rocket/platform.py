@@ -1,0 +1,125 @@
+"""The rocket family's entry in npuctl: what it says and finds, the steps of its doctor,
+provision and bench, its run commands (npuctl.platform's interface)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from npuctl.platform import BenchRun, Board, LazyCommand, Platform
+
+from . import DEFAULT_DELEGATE
+
+if TYPE_CHECKING:
+    from npuctl.cdi.spec import NpuEdits
+    from npuctl.doctor.chain import Step
+    from npuctl.doctor.findings import Report
+    from npuctl.doctor.run import Options
+    from npuctl.provision.actions import Action, Request
+    from npuctl.system import System
+
+SOC = "rockchip,rk3588"
+
+
+def compatibles(system: System, node: str = "") -> list[str]:
+    """A device-tree node's compatible strings (NUL-separated in the file)."""
+    text = system.read(f"/sys/firmware/devicetree/base{node}/compatible") or ""
+    return [item for item in text.split("\0") if item]
+
+
+def _mobilenet() -> click.Command:
+    from .commands import mobilenet
+
+    return mobilenet
+
+
+def _mobilenet_v2() -> click.Command:
+    from .commands import mobilenet_v2
+
+    return mobilenet_v2
+
+
+def _ssdlite() -> click.Command:
+    from .commands import ssdlite
+
+    return ssdlite
+
+
+class Rocket(Platform):
+    name = "rocket"
+    title = "RK3588 NPU, rocket driver (Orange Pi 5 Plus)"
+    absent = "no rockchip,rk3588 SoC in the device tree"
+    serves = True
+    serve_workers = 3  # the NPU's three cores; Mesa's rocket runs one job stream per core
+    cdi_kind = "rockchip.com/npu"
+    container_image = "npuctl-rocket"  # with Mesa's Teflon and the TFLite runtime
+    device_paths = ("/dev/accel/accel0",)
+    provision_actions = ("group", "backports", "teflon-pin", "teflon", "litert", "models")
+    global_options = (
+        click.option(
+            "--delegate",
+            type=click.Path(path_type=Path),
+            envvar="NPUCTL_TEFLON",
+            default=DEFAULT_DELEGATE,
+            show_default=True,
+            help="Rocket: Mesa's Teflon TensorFlow Lite delegate to use.",
+        ),
+    )
+
+    def locate(self, system: System) -> str | None:
+        found = [c for c in compatibles(system) if c.startswith(SOC)]
+        return f"{found[0]} SoC in the device tree" if found else None
+
+    def check_board(self, system: System, report: Report) -> Board | None:
+        from . import doctor
+
+        return doctor.check_board(system, report)
+
+    def check_driver(
+        self, system: System, options: Options, report: Report, board: Board
+    ) -> list[Step]:
+        from . import doctor
+
+        return doctor.driver_steps(system, report, board)
+
+    def check_user_space(self, system: System, options: Options, report: Report) -> list[Step]:
+        from . import doctor
+
+        return doctor.user_space_steps(system, options, report)
+
+    def check_models(self, system: System, options: Options, report: Report) -> list[Step]:
+        from . import doctor
+
+        return doctor.model_steps(system, options, report)
+
+    def default_provision(self, request: Request) -> list[str]:
+        return list(self.provision_actions)
+
+    def provision(self, name: str, request: Request) -> Action:
+        from . import provision
+
+        return provision.action(name, request)
+
+    def bench(self, run: BenchRun) -> tuple[Path, dict[str, list[float]]]:
+        from . import bench
+
+        return bench.bench(run)
+
+    def run_commands(self) -> dict[str, LazyCommand]:
+        return {
+            "mobilenet": LazyCommand("Classify images with MobileNet V1 (rocket).", _mobilenet),
+            "mobilenet-v2": LazyCommand(
+                "Classify images with MobileNet V2 (rocket).", _mobilenet_v2
+            ),
+            "ssdlite": LazyCommand("Detect objects with SSDLite MobileDet (rocket).", _ssdlite),
+        }
+
+    def cdi_edits(self, system: System, options: dict[str, object]) -> NpuEdits | None:
+        from . import cdi
+
+        return cdi.edits(system, options)
+
+
+PLATFORM = Rocket()
