@@ -418,3 +418,18 @@ def test_rocket_refuses_what_it_cannot_serve(rocket_models):
 def test_zhouyi_takes_one_worker(yolo_board):
     result = yolo_board.npuctl("serve", "--workers", "2", "--port", "0")
     assert result.returncode == 2 and "one worker" in result.stderr
+
+
+def test_rocket_names_the_served_model_that_does_not_load(rocket_models):
+    """The served models are proven in one child; when one of them fails there, each is
+    proven alone and the one that fails is named, with the runtime's reason."""
+    broken = rocket_models.models / "mobilenet_v2_1.0_224_quant.tflite"
+    broken.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(64))
+    result = rocket_models.npuctl(
+        "--platform", "rocket", "serve", "--models", "ssdlite,mobilenet,mobilenet-v2",
+        "--port", "0",
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "npuctl" in line and "load" in line]
+    assert str(broken) in line and "does not load" in line, result.stderr
+    assert "Traceback" not in result.stderr

@@ -11,6 +11,9 @@ python -m npuctl.platforms.rocket.probe golden MODEL LIBRARY
 python -m npuctl.platforms.rocket.probe model MODEL [LIBRARY]
     load MODEL with ai-edge-litert (through the delegate when given), run it once on zeros
     and describe its tensors.
+python -m npuctl.platforms.rocket.probe models LIBRARY|- MODEL...
+    the same for each MODEL in turn, in one process (one start of the runtime for a server's
+    models): one answer, every model's description in order; ok false at the first failure.
 """
 
 from __future__ import annotations
@@ -116,9 +119,22 @@ def golden(model_path: str, library: str) -> dict[str, object]:
     return {"ok": True, "passed": verdict.passed, "verdict": verdict.describe()}
 
 
+def models(library: str | None, model_paths: list[str]) -> dict[str, object]:
+    described = []
+    for model_path in model_paths:
+        answer = model(model_path, library)
+        described.append({key: value for key, value in answer.items() if key != "ok"})
+    return {"ok": True, "models": described}
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "delegate":
         answer = delegate(argv[1])
+    elif len(argv) >= 3 and argv[0] == "models":
+        try:
+            answer = models(None if argv[1] == "-" else argv[1], argv[2:])
+        except Exception as error:  # which model: each one in a child of its own says
+            answer = {"ok": False, "stage": "model", "error": str(error).strip()[:300]}
     elif len(argv) >= 2 and argv[0] in ("model", "golden"):
         try:
             answer = (

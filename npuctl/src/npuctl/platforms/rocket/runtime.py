@@ -109,6 +109,30 @@ def proven_tensors(model: Path, delegate: Path | None) -> tuple[list[TensorSpec]
     )
 
 
+def proven_tensors_of(
+    models: list[Path], delegate: Path | None
+) -> dict[Path, tuple[list[TensorSpec], list[TensorSpec]]]:
+    """proven_tensors of each model, all of them run in one child (a server's start pays one
+    start of the runtime); when that child does not answer for every one, each model runs in
+    a child of its own, whose answer says which failed and why."""
+    for model in models:
+        check_tflite_file(model)
+    if len(models) > 1:
+        args = ["models", str(delegate) if delegate else "-", *(str(model) for model in models)]
+        result = run_module(PROBE_MODULE, args, PROBE_TIMEOUT_S * len(models))
+        answer = result.answer or {}
+        described = answer.get("models")
+        if answer.get("ok") and isinstance(described, list) and len(described) == len(models):
+            return {
+                model: (
+                    [TensorSpec.of(t) for t in one["inputs"]],
+                    [TensorSpec.of(t) for t in one["outputs"]],
+                )
+                for model, one in zip(models, described, strict=True)
+            }
+    return {model: proven_tensors(model, delegate) for model in models}
+
+
 @dataclass
 class Timed:
     raw: np.ndarray

@@ -22,7 +22,7 @@ from npuctl.platforms.rocket.runtime import (
     delegate_of,
     image_input,
     probe_delegate,
-    proven_tensors,
+    proven_tensors_of,
 )
 from npuctl.vision import golden_picture
 
@@ -164,8 +164,10 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
     specs: dict[str, Any] = {}
     models: dict[str, Any] = {}
     for name in chosen:
-        path = files[name] = managed_file(settings, name)
-        inputs, outputs = proven_tensors(path, delegate)
+        files[name] = managed_file(settings, name)
+    proven = proven_tensors_of(list(files.values()), delegate)
+    for name, path in files.items():
+        inputs, outputs = proven[path]
         image_input(path, inputs)
         specs[name] = (inputs, outputs)
         if name == "ssdlite":
