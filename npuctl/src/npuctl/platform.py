@@ -25,6 +25,7 @@ families costs nothing. The stages, in the order a board goes through them:
 
 from __future__ import annotations
 
+import importlib
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -73,10 +74,17 @@ class Board:
 
 @dataclass(frozen=True)
 class LazyCommand:
-    """A command of a family, imported only when it runs (its help line is shown before)."""
+    """A command of a family, imported only when it runs (its help line is shown before):
+    ``where`` is "module:attribute"."""
 
     help: str
-    load: Callable[[], click.Command]
+    where: str
+
+    def load(self) -> click.Command:
+        module, _, attribute = self.where.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command), self.where
+        return command
 
 
 class Platform(ABC):

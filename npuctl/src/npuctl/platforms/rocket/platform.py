@@ -21,30 +21,13 @@ if TYPE_CHECKING:
     from npuctl.system import System
 
 SOC = "rockchip,rk3588"
+COMMANDS = f"{__package__}.commands"  # the run commands' module
 
 
 def compatibles(system: System, node: str = "") -> list[str]:
     """A device-tree node's compatible strings (NUL-separated in the file)."""
     text = system.read(f"/sys/firmware/devicetree/base{node}/compatible") or ""
     return [item for item in text.split("\0") if item]
-
-
-def _mobilenet() -> click.Command:
-    from .commands import mobilenet
-
-    return mobilenet
-
-
-def _mobilenet_v2() -> click.Command:
-    from .commands import mobilenet_v2
-
-    return mobilenet_v2
-
-
-def _ssdlite() -> click.Command:
-    from .commands import ssdlite
-
-    return ssdlite
 
 
 class Rocket(Platform):
@@ -109,11 +92,15 @@ class Rocket(Platform):
 
     def run_commands(self) -> dict[str, LazyCommand]:
         return {
-            "mobilenet": LazyCommand("Classify images with MobileNet V1 (rocket).", _mobilenet),
-            "mobilenet-v2": LazyCommand(
-                "Classify images with MobileNet V2 (rocket).", _mobilenet_v2
+            "mobilenet": LazyCommand(
+                "Classify images with MobileNet V1 (rocket).", f"{COMMANDS}:mobilenet"
             ),
-            "ssdlite": LazyCommand("Detect objects with SSDLite MobileDet (rocket).", _ssdlite),
+            "mobilenet-v2": LazyCommand(
+                "Classify images with MobileNet V2 (rocket).", f"{COMMANDS}:mobilenet_v2"
+            ),
+            "ssdlite": LazyCommand(
+                "Detect objects with SSDLite MobileDet (rocket).", f"{COMMANDS}:ssdlite"
+            ),
         }
 
     def cdi_edits(self, system: System, options: dict[str, object]) -> NpuEdits | None:

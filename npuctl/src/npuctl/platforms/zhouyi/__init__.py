@@ -25,30 +25,7 @@ DEFAULT_TIMEOUT_MS = 10_000
 # noe_job_infer_sync takes the timeout as an int32.
 MAX_TIMEOUT_MS = 2**31 - 1
 ACPI_DEVICE = "/sys/bus/acpi/devices/CIXH4000:00"
-
-
-def _cfg() -> click.Command:
-    from .cfg_command import cfg
-
-    return cfg
-
-
-def _clip_text() -> click.Command:
-    from .commands import clip_text
-
-    return clip_text
-
-
-def _clip_image() -> click.Command:
-    from .commands import clip_image_command
-
-    return clip_image_command
-
-
-def _yolo() -> click.Command:
-    from .commands import yolo_command
-
-    return yolo_command
+COMMANDS = f"{__package__}.commands"  # the run commands' module
 
 
 class Zhouyi(Platform):
@@ -140,13 +117,20 @@ class Zhouyi(Platform):
         return bench.bench(run)
 
     def commands(self) -> dict[str, LazyCommand]:
-        return {"cfg": LazyCommand("Check CixBuilder configs before compiling (Zhouyi).", _cfg)}
+        return {
+            "cfg": LazyCommand(
+                "Check CixBuilder configs before compiling (Zhouyi).",
+                f"{__package__}.cfg_command:cfg",
+            )
+        }
 
     def run_commands(self) -> dict[str, LazyCommand]:
         return {
-            "clip-text": LazyCommand("CLIP text embeddings (Zhouyi).", _clip_text),
-            "clip-image": LazyCommand("CLIP image embeddings (Zhouyi).", _clip_image),
-            "yolo": LazyCommand("YOLOv8 object detection (Zhouyi).", _yolo),
+            "clip-text": LazyCommand("CLIP text embeddings (Zhouyi).", f"{COMMANDS}:clip_text"),
+            "clip-image": LazyCommand(
+                "CLIP image embeddings (Zhouyi).", f"{COMMANDS}:clip_image_command"
+            ),
+            "yolo": LazyCommand("YOLOv8 object detection (Zhouyi).", f"{COMMANDS}:yolo_command"),
         }
 
     def open_embedder(self, settings: Settings) -> Embedder:
