@@ -102,7 +102,11 @@ def probe_model(model: Path, delegate: Path | None, timeout: float = PROBE_TIMEO
 def proven_tensors(model: Path, delegate: Path | None) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The inputs and outputs of a .tflite file, once it has run in a child process."""
     check_tflite_file(model)
-    described = probe_model(model, delegate)
+    return _tensors(probe_model(model, delegate))
+
+
+def _tensors(described: dict) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The inputs and outputs as the child probe described them."""
     return (
         [TensorSpec.of(t) for t in described["inputs"]],
         [TensorSpec.of(t) for t in described["outputs"]],
@@ -123,13 +127,7 @@ def proven_tensors_of(
         answer = result.answer or {}
         described = answer.get("models")
         if answer.get("ok") and isinstance(described, list) and len(described) == len(models):
-            return {
-                model: (
-                    [TensorSpec.of(t) for t in one["inputs"]],
-                    [TensorSpec.of(t) for t in one["outputs"]],
-                )
-                for model, one in zip(models, described, strict=True)
-            }
+            return {model: _tensors(one) for model, one in zip(models, described, strict=True)}
     return {model: proven_tensors(model, delegate) for model in models}
 
 
