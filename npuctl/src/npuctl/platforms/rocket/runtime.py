@@ -128,7 +128,7 @@ def proven_tensors_of(
         described = answer.get("models")
         if answer.get("ok") and isinstance(described, list) and len(described) == len(models):
             return {model: _tensors(one) for model, one in zip(models, described, strict=True)}
-    return {model: proven_tensors(model, delegate) for model in models}
+    return {model: _tensors(probe_model(model, delegate)) for model in models}
 
 
 @dataclass
