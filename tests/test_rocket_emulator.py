@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +36,16 @@ from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
 from testkit.tflite_models import (
+    MESA_TABLE,
+    MOBILEDET_ADDITIONS,
     MOBILENET_V1_BODY,
     MOBILENET_V2_ADDITIONS,
     MOBILENET_V2_BODY,
     ConvLayer,
     conv_stack,
     ssdlite_detector,
+    ssdlite_mobiledet,
+    ssdlite_mobiledet_own_scales,
 )
 
 from .conftest import started_beside
@@ -94,9 +99,14 @@ BUILDERS = {
     ),
 }
 # Models of another kind than a convolution stack, by their builder.
-DETECTORS: dict[str, Callable[[Path], Path]] = {"ssdlite-detector-320": ssdlite_detector}
+DETECTORS: dict[str, Callable[[Path], Path]] = {
+    "ssdlite-detector-320": ssdlite_detector,
+    "ssdlite-mobiledet-320": ssdlite_mobiledet,
+    "ssdlite-mobiledet-320-own-scales": ssdlite_mobiledet_own_scales,
+}
 SERVED_MODEL = "mobilenet_v1_1.0_224_quant.tflite"
 SERVED_DETECTOR = "ssdlite_mobiledet_coco_qat_postprocess.tflite"  # the manifest's file name
+SERVED_DETECTOR_CASE = "ssdlite-mobiledet-320"  # what it is built as
 SERVED_V2 = "mobilenet_v2_1.0_224_quant.tflite"
 CORES = ("fdab0000", "fdac0000", "fdad0000")  # the board's three NPU cores, by address
 CONCURRENT = 3  # clients at once: one per core
@@ -165,7 +175,7 @@ def _boot(
     models.mkdir()
     conv_stack(models / SERVED_MODEL, **BUILDERS["mobilenet-v1-classifier"])
     (models / LABELS).write_text("".join(f"class {n}\n" for n in range(1001)))
-    ssdlite_detector(models / SERVED_DETECTOR)
+    DETECTORS[SERVED_DETECTOR_CASE](models / SERVED_DETECTOR)
     # MobileNetV2 at the addition scales Mesa programs (the case that agrees).
     conv_stack(models / SERVED_V2, **BUILDERS["mobilenet-v2-classifier-table-scales"])
     v2_tensor = np.random.default_rng(9).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
@@ -305,6 +315,7 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
         },
         "detector": {
             "model": SERVED_DETECTOR,
+            "case": SERVED_DETECTOR_CASE,
             "golden": doctor.get("golden.ssdlite", {}).get("summary"),
             "served": detection_verdict((run.served or {}).get("detect")),
         },
@@ -548,6 +559,53 @@ def test_npuctl_serve_detects_what_the_cpu_detects(emulated):
     print(f"\nserved SSDLite: {verdict['verdict']}")
 
 
+# What Teflon hands the NPU from the published SSDLite MobileDet (its 120-operation partition).
+NPU_OPERATIONS = {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "RESHAPE"}
+
+
+def test_mesas_addition_table_is_five_chains_of_three():
+    """Mesa's sixteen entries are five runs of three, each sum the next one's operand (one
+    more key leads into the first run too): MobileDet's five stages of three residual
+    blocks, which ssdlite-mobiledet-320 takes in turn."""
+    runs = [MOBILEDET_ADDITIONS[start : start + 3] for start in range(0, 15, 3)]
+    for run in runs:
+        for addition, following in pairwise(run):
+            assert abs(addition.sum_scale - following.operand_scale) < 1e-5, run
+        assert not any(abs(run[-1].sum_scale - key) < 1e-5 for key in MESA_TABLE), run
+    used = {addition.operand_scale for addition in MOBILEDET_ADDITIONS}
+    (left,) = set(MESA_TABLE) - used
+    assert abs(MESA_TABLE[left].sum_scale - runs[0][1].operand_scale) < 1e-5
+
+
+def test_the_mobiledet_build_has_the_published_models_shape(tmp_path):
+    """ssdlite-mobiledet-320 as the published file is laid out: 120 operations the NPU takes
+    (66 convolutions, 27 depthwise, 15 additions, 12 reshapes), six feature maps from 20x20
+    to 1x1, 2034 anchors, each addition's shortcut at a scale of Mesa's table."""
+    from npuctl.platforms.rocket.litert import interpreter
+
+    loaded = interpreter(ssdlite_mobiledet(tmp_path / "mobiledet.tflite"), None)
+    tensors = {tensor["index"]: tensor for tensor in loaded.get_tensor_details()}
+    operations = [
+        operation
+        for operation in loaded._get_ops_details()
+        if operation["op_name"] in NPU_OPERATIONS
+    ]
+    counts = {name: sum(op["op_name"] == name for op in operations) for name in NPU_OPERATIONS}
+    assert counts == {"CONV_2D": 66, "DEPTHWISE_CONV_2D": 27, "ADD": 15, "RESHAPE": 12}
+    shortcuts = [
+        tensors[op["inputs"][1]]["quantization"][0] for op in operations if op["op_name"] == "ADD"
+    ]
+    assert shortcuts == pytest.approx([a.operand_scale for a in MOBILEDET_ADDITIONS], abs=1e-5)
+    anchors = next(t for t in tensors.values() if t["name"] == "anchors")
+    assert anchors["shape"].tolist() == [2034, 4]
+    maps = [
+        int(t["shape"][1])
+        for t in tensors.values()
+        if t["name"].startswith("box_") and t["name"][4:].isdigit()
+    ]
+    assert maps == [1200, 600, 150, 54, 24, 6]  # 20x20x3, then 6 anchors at 10, 5, 3, 2, 1
+
+
 def test_npuctl_serve_spreads_its_jobs_over_the_three_cores(emulated):
     """npuctl serve --workers 3 with three Triton clients at once: every core ran jobs (its
     interrupt count, one per job, grew while they were served), and every answer, alone or
@@ -618,6 +676,7 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                 },
                 "detector": {
                     "model": "ssdlite.tflite",
+                    "case": "ssdlite-mobiledet-320",
                     "golden": "Golden check, ssdlite: NPU and CPU agree",
                     "served": {"passed": True, "verdict": "10 detections as on the CPU"},
                 },
@@ -636,6 +695,7 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     assert "| core fdab0000 | core fdac0000 | core fdad0000 |\n|---|---|---|\n| 5 | 6 | 7 |" in page
     assert "the largest element difference\nfrom the first is 0" in page
     assert "answer for the frame:\npassed, 10 detections as on the CPU." in page
+    assert "(ssdlite.tflite, built as the `ssdlite-mobiledet-320`\ncase)" in page
     assert "against the CPU interpreter's scores for the same tensor: passed, top-1 737" in page
 
     source.write_text("[]")

@@ -8,7 +8,7 @@ import sys
 
 from pipeline.report_page import generate
 
-REPORT_SCHEMA = 3
+REPORT_SCHEMA = 4
 
 
 def _minutes(seconds: float | None) -> str:
@@ -83,7 +83,7 @@ def render(report: dict, source: str) -> str:
         served_detections = detector["served"]
         lines += [
             "",
-            f"The served detector ({detector['model']}, built as the `ssdlite-detector-320`",
+            f"The served detector ({detector['model']}, built as the `{detector['case']}`",
             f"case): the doctor's golden check says \"{detector['golden']}\". Frigate's",
             "DeepStack detection request, against the CPU interpreter's answer for the frame:",
             f"{'passed' if served_detections['passed'] else 'failed'}, "

@@ -436,10 +436,11 @@ SAME = 0  # Padding
 
 @dataclass(frozen=True)
 class ConvLayer:
-    """One convolution: ``depthwise`` 3x3 keeps the channels, otherwise ``kernel`` x
-    ``kernel`` to ``channels``. A ``linear`` one has no activation and a zero point in the
-    middle (MobileNetV2's projections); a ``residual`` one is added to the input of the
-    layer two before it (the input of an inverted-residual block)."""
+    """One convolution: ``depthwise`` keeps the channels (3x3, or ``kernel`` x ``kernel``
+    when larger), otherwise ``kernel`` x ``kernel`` to ``channels``. A ``linear`` one has no
+    activation and a zero point in the middle (MobileNetV2's projections); a ``residual``
+    one is added to the input of its block, the ``block_layers`` layers ending with it (an
+    inverted-residual block's three, a fused block's two)."""
 
     channels: int
     kernel: int = 1
@@ -447,6 +448,12 @@ class ConvLayer:
     depthwise: bool = False
     linear: bool = False
     residual: bool = False
+    block_layers: int = 3
+
+    @property
+    def window(self) -> int:
+        """The kernel's side."""
+        return max(self.kernel, 3) if self.depthwise else self.kernel
 
 
 @dataclass(frozen=True)
@@ -563,7 +570,9 @@ def _plan_additions(
     whose output is that block's input (a projection, or the sum before)."""
     residuals = [number for number, layer in enumerate(layers) if layer.residual]
     planned = dict(zip(residuals[: len(additions)], additions, strict=True))
-    return planned, {number - 3: addition for number, addition in planned.items()}
+    return planned, {
+        number - layers[number].block_layers: addition for number, addition in planned.items()
+    }
 
 
 @dataclass
@@ -605,7 +614,7 @@ def _add_layers(
     for number, layer in enumerate(layers):
         scale = current_q[0]
         out_channels = channels if layer.depthwise else layer.channels
-        kernel = 3 if layer.depthwise else layer.kernel
+        kernel = layer.window
         fan_in = kernel * kernel * (1 if layer.depthwise else channels)
         shape = (
             [1, kernel, kernel, out_channels]
@@ -651,7 +660,7 @@ def _add_layers(
         )
         current, channels, current_q = len(tensors) - 1, out_channels, output_q
         if layer.residual:
-            block_input, block_scale = layer_inputs[number - 2]
+            block_input, block_scale = layer_inputs[number + 1 - layer.block_layers]
             sum_q = _sum_quantization(block_scale, addition, linear_q)
             sum_tensor = TensorDef(
                 f"sum_{number}", [1, size, size, channels], kind, quantization=sum_q
@@ -734,25 +743,43 @@ def conv_stack(
 
 ConcatenationOptions = importlib.import_module("tflite.ConcatenationOptions")
 
+
+@dataclass(frozen=True)
+class SsdLayout:
+    """An SSDLite detector's convolutions: the body, the layers whose outputs are its
+    feature maps, the anchors of each map's cells, and the table additions its residual
+    blocks take in turn (none: this project's own scales)."""
+
+    body: list[ConvLayer]
+    feature_maps: tuple[int, ...]
+    anchors: tuple[int, ...]
+    additions: tuple[TableAddition, ...] = ()
+
+
 # SSDLite at 320x320: a MobileNet-style body, narrow (the emulated NPU's time goes with the
 # multiplications), then feature maps at 20x20 and 10x10.
-SSDLITE_BODY = [
-    ConvLayer(16, kernel=3, stride=2),
-    ConvLayer(0, depthwise=True, stride=2),
-    ConvLayer(32),
-    ConvLayer(0, depthwise=True, stride=2),
-    ConvLayer(64),
-    ConvLayer(0, depthwise=True, stride=2),
-    ConvLayer(128),  # 20x20
-    ConvLayer(0, depthwise=True, stride=2),
-    ConvLayer(128),  # 10x10
-]
-SSDLITE_FEATURE_MAPS = (6, 8)  # the layers whose outputs the box and class heads read
+SSDLITE_SMALL = SsdLayout(
+    body=[
+        ConvLayer(16, kernel=3, stride=2),
+        ConvLayer(0, depthwise=True, stride=2),
+        ConvLayer(32),
+        ConvLayer(0, depthwise=True, stride=2),
+        ConvLayer(64),
+        ConvLayer(0, depthwise=True, stride=2),
+        ConvLayer(128),  # 20x20
+        ConvLayer(0, depthwise=True, stride=2),
+        ConvLayer(128),  # 10x10
+    ],
+    feature_maps=(6, 8),
+    anchors=(2, 2),
+)
 SSD_CLASSES = 90  # COCO's, the background besides
 DETECTED_CLASS = 3  # the class column every anchor 0 scores high in: COCO's car
 
 
-def ssdlite_detector(path: Path, *, size: int = 320, anchors: int = 2, seed: int = 17) -> Path:
+def ssdlite_detector(
+    path: Path, *, layout: SsdLayout = SSDLITE_SMALL, size: int = 320, seed: int = 17
+) -> Path:
     """SSDLite as the published detectors are laid out: uint8 image in; a body of
     convolutions; at each feature map a box head and a class head (a depthwise 3x3, then a
     1x1 convolution to 4 box encodings, or to a score per class and the background, for
@@ -778,12 +805,14 @@ def ssdlite_detector(path: Path, *, size: int = 320, anchors: int = 2, seed: int
     ]
     operators: list[OpDef] = []
     stack = _Stack(tensors, operators, rng, uint8, 0, RELU6, 0, 3, size, image_q)
-    outputs = _add_layers(stack, SSDLITE_BODY)
+    outputs = _add_layers(stack, layout.body, layout.additions)
     box_q, class_q = (12 / 255, 128), (16 / 255, 128)  # class logits reach +-8: past LOGISTIC's top
     boxes, scores, anchor_boxes = [], [], []
-    for layer in SSDLITE_FEATURE_MAPS:
-        cells = -(-size // 2 ** sum(1 for step in SSDLITE_BODY[: layer + 1] if step.stride == 2))
-        count, channels = cells * cells * anchors, SSDLITE_BODY[layer].channels
+    for layer, anchors in zip(layout.feature_maps, layout.anchors, strict=True):
+        feature_map = tensors[outputs[layer]]
+        _, cells, _, channels = feature_map.shape
+        assert feature_map.quantization is not None
+        count = cells * cells * anchors
         for head, width, quantization, bias in (
             ("box", 4, box_q, None),
             ("class", SSD_CLASSES + 1, class_q, _class_logits(anchors)),
@@ -798,7 +827,7 @@ def ssdlite_detector(path: Path, *, size: int = 320, anchors: int = 2, seed: int
                 outputs[layer],
                 channels,
                 cells,
-                (6 / 255, 0),
+                feature_map.quantization,
             )
             (made,) = _add_layers(branch, [ConvLayer(0, depthwise=True)])
             predicted = _prediction_conv(
@@ -1101,3 +1130,108 @@ MOBILENET_V1_BODY = [
         for layer in (ConvLayer(0, stride=stride, depthwise=True), ConvLayer(channels))
     ),
 ]
+
+
+def _mobiledet_edgetpu_body() -> tuple[list[ConvLayer], tuple[int, ...]]:
+    """SSDLite MobileDet's convolutions at 320x320 (the published
+    ssdlite_mobiledet_coco_qat_postprocess, as TensorFlow's object detection API builds its
+    MobileDet-EdgeTPU backbone and SSD's feature maps), and the layers whose outputs are
+    the six feature maps. Every layer has ReLU6 but the projections that end a block:
+
+    - a 3x3 convolution to 32, stride 2;
+    - a Tucker block: 1x1 to 8, 3x3 to 16, 1x1 to 16;
+    - fused blocks (a ``kernel`` convolution expanding the channels, then a 1x1 projection)
+      and inverted bottlenecks (a 1x1 expansion, a depthwise ``kernel``, a 1x1
+      projection), in stages of 16, 40, 72, 96, 120 and 384 channels; a block keeping the
+      shape adds its input (three in each of the first five stages: fifteen additions);
+    - C4 (20x20x96) and C5 (10x10x384) are the first two feature maps; four more, of 512,
+      256, 256 and 128 channels at 5x5, 3x3, 2x2 and 1x1, each made by a 1x1 convolution to
+      half the depth, a depthwise 3x3 of stride 2 and a 1x1 convolution."""
+    layers = [
+        ConvLayer(32, kernel=3, stride=2),
+        ConvLayer(8),
+        ConvLayer(16, kernel=3),
+        ConvLayer(16, linear=True),
+    ]
+    channels = 16
+    # (kind, channels out, expansion, kernel, stride)
+    blocks = (
+        ("fused", 16, 8, 3, 2), ("fused", 16, 4, 3, 1), ("fused", 16, 8, 3, 1),
+        ("fused", 16, 4, 3, 1),
+        ("fused", 40, 8, 5, 2), ("fused", 40, 4, 3, 1), ("fused", 40, 4, 3, 1),
+        ("fused", 40, 4, 3, 1),
+        ("ibn", 72, 8, 3, 2), ("ibn", 72, 8, 3, 1), ("fused", 72, 4, 3, 1),
+        ("fused", 72, 4, 3, 1),
+        ("ibn", 96, 8, 5, 1), ("ibn", 96, 8, 5, 1), ("ibn", 96, 8, 3, 1), ("ibn", 96, 8, 3, 1),
+        ("ibn", 120, 8, 5, 2), ("ibn", 120, 8, 3, 1), ("ibn", 120, 4, 5, 1),
+        ("ibn", 120, 8, 3, 1),
+        ("ibn", 384, 8, 5, 1),
+    )  # fmt: skip
+    for kind, out, expansion, kernel, stride in blocks:
+        residual = stride == 1 and out == channels
+        expanded = channels * expansion
+        if kind == "fused":
+            layers.append(ConvLayer(expanded, kernel=kernel, stride=stride))
+        else:
+            layers += [
+                ConvLayer(expanded),
+                ConvLayer(0, kernel=kernel, stride=stride, depthwise=True),
+            ]
+        layers.append(
+            ConvLayer(
+                out,
+                linear=True,
+                residual=residual,
+                block_layers=2 if kind == "fused" else 3,
+            )
+        )
+        channels = out
+    feature_maps = [_last_of(layers, 96), len(layers) - 1]
+    for depth in (512, 256, 256, 128):
+        layers += [
+            ConvLayer(depth // 2),
+            ConvLayer(0, stride=2, depthwise=True),
+            ConvLayer(depth),
+        ]
+        feature_maps.append(len(layers) - 1)
+    return layers, tuple(feature_maps)
+
+
+def _last_of(layers: list[ConvLayer], channels: int) -> int:
+    """The last layer to ``channels``: the end of a stage."""
+    return max(number for number, layer in enumerate(layers) if layer.channels == channels)
+
+
+_MOBILEDET_BODY, _MOBILEDET_FEATURE_MAPS = _mobiledet_edgetpu_body()
+# Mesa's table is five runs of three additions, each sum the next one's operand, and one
+# more entry: MobileDet's five stages of three residual blocks. They are taken in the
+# table's order.
+MOBILEDET_ADDITIONS = tuple(
+    MESA_TABLE[key]
+    for key in (
+        0.090192, 0.364902, 0.422037,
+        0.213016, 0.244231, 0.283416,
+        0.171151, 0.164588, 0.204098,
+        0.116532, 0.134499, 0.220141,
+        0.094560, 0.093230, 0.100618,
+    )
+)  # fmt: skip
+SSDLITE_MOBILEDET = SsdLayout(
+    body=_MOBILEDET_BODY,
+    feature_maps=_MOBILEDET_FEATURE_MAPS,
+    anchors=(3, 6, 6, 6, 6, 6),  # SSD's anchor generator: three in the largest map's cells
+    additions=MOBILEDET_ADDITIONS,
+)
+SSDLITE_MOBILEDET_OWN_SCALES = SsdLayout(
+    body=_MOBILEDET_BODY, feature_maps=_MOBILEDET_FEATURE_MAPS, anchors=SSDLITE_MOBILEDET.anchors
+)
+
+
+def ssdlite_mobiledet(path: Path) -> Path:
+    """SSDLite MobileDet at 320x320, its additions at the scales of Mesa's table."""
+    return ssdlite_detector(path, layout=SSDLITE_MOBILEDET)
+
+
+def ssdlite_mobiledet_own_scales(path: Path) -> Path:
+    """SSDLite MobileDet at 320x320, its additions at this project's own scales."""
+    return ssdlite_detector(path, layout=SSDLITE_MOBILEDET_OWN_SCALES)
