@@ -134,6 +134,37 @@ def test_a_detector_the_npu_answers_wrongly_fails_its_golden_check(rocket, image
     assert finding["fix"]
 
 
+def test_a_classifier_with_additions_the_npu_answers_wrongly_names_mesas_table(
+    rocket, image, model, tmp_path
+):
+    """A classifier with residual additions (MobileNet V2's shape) that the NPU answers
+    wrongly: the finding names Mesa's addition scales, and the fix serves the others."""
+    pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
+    from testkit.tflite_models import ConvLayer, conv_stack
+
+    block = [
+        ConvLayer(8, linear=True),
+        ConvLayer(48),
+        ConvLayer(0, depthwise=True),
+        ConvLayer(8, linear=True, residual=True),
+    ]
+    downloaded(
+        rocket,
+        "mobilenet-v2",
+        conv_stack(tmp_path / "v2.tflite", block, size=16, classes=1001),
+    )
+    code, checks = doctor(rocket, image, env={"TEFLON_DOUBLE_INFER_MS": "1"})
+    assert code == 11
+    finding = checks["golden.mobilenet-v2"]
+    assert finding["status"] == "failure"
+    assert "the NPU and the CPU disagree" in finding["summary"]
+    assert "The model has 1 additions (ADD)" in finding["detail"]
+    assert "SSDLite MobileDet" in finding["detail"]
+    assert finding["fix"] == "serve the others: npuctl serve --models mobilenet,ssdlite"
+    # The same failure without additions keeps the memory finding's advice.
+    assert "additions" not in checks["golden"]["detail"]
+
+
 def test_quick_skips_only_the_golden_check(rocket, image):
     code, checks = doctor(rocket, image, "--quick")
     assert code == 0, not_ok(checks)

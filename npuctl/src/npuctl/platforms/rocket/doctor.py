@@ -486,6 +486,24 @@ def _golden_model(
         report.add(Finding(finding_id, "golden", Status.FAIL, f"{title}: the model {problem}"))
         return
     verdict = str(answer.get("verdict"))
+    additions = answer.get("additions")
+    if not answer.get("passed") and isinstance(additions, int) and additions > 0:
+        family = options.manifest.get(name).platform
+        others = [entry.name for entry in options.manifest.models_of(family) if entry.name != name]
+        report.add(
+            Finding(
+                finding_id,
+                "golden",
+                Status.FAIL,
+                f"{title}: the NPU and the CPU disagree: {verdict}",
+                f"The model has {additions} additions (ADD). Mesa's rocket driver programs an "
+                "addition only at the scales of the model it was tested with (SSDLite "
+                "MobileDet's); at any other scale the NPU adds wrongly, on every board. "
+                "MobileNet V2 as published is such a model.",
+                fix=f"serve the others: npuctl serve --models {','.join(others)}",
+            )
+        )
+        return
     if not answer.get("passed"):
         report.add(
             Finding(

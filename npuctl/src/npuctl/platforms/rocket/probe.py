@@ -22,7 +22,7 @@ import ctypes
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .golden import DetectionVerdict, Verdict
@@ -116,7 +116,21 @@ def golden(model_path: str, library: str) -> dict[str, object]:
         outputs = [TensorSpec.of(output) for output in describe(loaded)["outputs"]]
         order = output_order(Path(model_path), outputs)
         verdict = compare_detections(*(found(answer, order) for answer in answers))
-    return {"ok": True, "passed": verdict.passed, "verdict": verdict.describe()}
+    return {
+        "ok": True,
+        "passed": verdict.passed,
+        "verdict": verdict.describe(),
+        "additions": _additions(loaded),
+    }
+
+
+def _additions(loaded: Any) -> int | None:
+    """The model's ADD operations as the CPU interpreter runs it; None where the runtime
+    cannot list its operations."""
+    operations = getattr(loaded, "_get_ops_details", None)
+    if operations is None:
+        return None
+    return sum(operation.get("op_name") == "ADD" for operation in operations())
 
 
 def models(library: str | None, model_paths: list[str]) -> dict[str, object]:
