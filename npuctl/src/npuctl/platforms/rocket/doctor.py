@@ -486,35 +486,29 @@ def _golden_model(
         report.add(Finding(finding_id, "golden", Status.FAIL, f"{title}: the model {problem}"))
         return
     verdict = str(answer.get("verdict"))
-    additions = answer.get("additions")
-    if not answer.get("passed") and isinstance(additions, int) and additions > 0:
-        family = options.manifest.get(name).platform
-        others = [entry.name for entry in options.manifest.models_of(family) if entry.name != name]
-        report.add(
-            Finding(
-                finding_id,
-                "golden",
-                Status.FAIL,
-                f"{title}: the NPU and the CPU disagree: {verdict}",
-                f"The model has {additions} additions (ADD). Mesa's rocket driver programs an "
-                "addition only at the scales of the model it was tested with (SSDLite "
-                "MobileDet's); at any other scale the NPU adds wrongly, on every board. "
-                "MobileNet V2 as published is such a model.",
-                fix=f"serve the others: npuctl serve --models {','.join(others)}",
-            )
-        )
-        return
     if not answer.get("passed"):
-        report.add(
-            Finding(
-                finding_id,
-                "golden",
-                Status.FAIL,
-                f"{title}: the NPU and the CPU disagree: {verdict}",
-                f"Mesa's own tests allow a difference of {TOLERANCE}. On boards with more "
-                "than 4 GB see the memory finding.",
-                fix=f"boot with {MEMORY_WORKAROUND}, then npuctl doctor again",
-            )
-        )
+        detail, fix = _disagreement(options, name, answer.get("additions"))
+        summary = f"{title}: the NPU and the CPU disagree: {verdict}"
+        report.add(Finding(finding_id, "golden", Status.FAIL, summary, detail, fix=fix))
         return
     report.add(Finding(finding_id, "golden", Status.OK, f"{title}: NPU and CPU agree: {verdict}"))
+
+
+def _disagreement(options: Options, name: str, additions: object) -> tuple[str, str]:
+    """Why a model's golden check can fail, and the fix: Mesa's addition scales for a model
+    with additions, the memory workaround otherwise."""
+    if isinstance(additions, int) and additions > 0:
+        family = options.manifest.get(name).platform
+        others = [entry.name for entry in options.manifest.models_of(family) if entry.name != name]
+        return (
+            f"The model has {additions} additions (ADD). Mesa's rocket driver programs an "
+            "addition only at the scales of the model it was tested with (SSDLite "
+            "MobileDet's); at any other scale the NPU adds wrongly, on every board. "
+            "MobileNet V2 as published is such a model.",
+            f"serve the others: npuctl serve --models {','.join(others)}",
+        )
+    return (
+        f"Mesa's own tests allow a difference of {TOLERANCE}. On boards with more than 4 GB "
+        "see the memory finding.",
+        f"boot with {MEMORY_WORKAROUND}, then npuctl doctor again",
+    )
