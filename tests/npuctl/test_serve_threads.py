@@ -78,16 +78,25 @@ def policies_of_threads(pid: int) -> dict[int, int]:
     return policies
 
 
-def test_only_the_event_loop_preempts_on_waking(clip_board: Board) -> None:
-    """The event loop keeps the default policy (a request arriving wakes it at once); the
-    NPU owner and the request threads it hands work to are SCHED_BATCH."""
+def test_the_event_loop_and_the_npu_owner_preempt_on_waking(clip_board: Board) -> None:
+    """The event loop keeps the default policy (a request arriving wakes it at once), and so
+    does the NPU owner (the NPU's answer wakes it at once, to hand the device its next
+    job); a request thread, which hands work over, is SCHED_BATCH."""
     server = start(clip_board.env)
     try:
+        pid = server.process.pid
         answer = server.request("POST", "/v1/embeddings", json.dumps({"input": "a"}).encode())
-        assert answer.status == 200
-        policies = policies_of_threads(server.process.pid)
-        assert policies.pop(server.process.pid) == os.SCHED_OTHER
-        assert os.SCHED_BATCH in policies.values()
+        assert answer.status == 200  # a short text: the event loop hands it to the owner
+        before = policies_of_threads(pid)
+        assert set(before.values()) == {os.SCHED_OTHER}, before
+        long_texts = {"input": ["a red car on the beach " * 40] * 20, "truncate": True}
+        texts = json.dumps(long_texts).encode()
+        assert len(texts) > 16 * 1024  # parsed on a request thread
+        answer = server.request("POST", "/v1/embeddings", texts)
+        assert answer.status == 200, answer.body
+        started = policies_of_threads(pid)
+        new = {tid: policy for tid, policy in started.items() if tid not in before}
+        assert new and set(new.values()) == {os.SCHED_BATCH}, (before, started)
     finally:
         assert server.stop() == 0
 

@@ -59,8 +59,8 @@ def wait_for_the_holder() -> None:
     """Let this thread, once woken, wait for the running thread's turn to end instead of
     preempting it (SCHED_BATCH, at the same nice value; no privilege needed). A Python
     thread woken by a hand-over can do nothing until it holds the interpreter lock, which
-    the thread that woke it still holds: preempting it only buys two context switches, and
-    the loop's hand-over to the NPU owner paid them on every request."""
+    the thread that woke it still holds: preempting it only buys two context switches. The
+    request threads take it; the NPU owners do not (see NpuOwner._run)."""
     # A seccomp filter, or not Linux: the default policy stays.
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
