@@ -78,17 +78,29 @@ def policies_of_threads(pid: int) -> dict[int, int]:
     return policies
 
 
+def names_of_threads(pid: int) -> dict[int, str]:
+    names = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            names[int(task.name)] = (task / "comm").read_text().strip()
+    return names
+
+
 def test_the_event_loop_and_the_npu_owner_preempt_on_waking(clip_board: Board) -> None:
     """The event loop keeps the default policy (a request arriving wakes it at once), and so
     does the NPU owner (the NPU's answer wakes it at once, to hand the device its next
-    job); a request thread, which hands work over, is SCHED_BATCH."""
+    job). The thread that wakes the loop for finished work, and a request thread, which
+    hands work over, are SCHED_BATCH."""
     server = start(clip_board.env)
     try:
         pid = server.process.pid
         answer = server.request("POST", "/v1/embeddings", json.dumps({"input": "a"}).encode())
         assert answer.status == 200  # a short text: the event loop hands it to the owner
-        before = policies_of_threads(pid)
-        assert set(before.values()) == {os.SCHED_OTHER}, before
+        before, names = policies_of_threads(pid), names_of_threads(pid)
+        by_name = {names.get(tid): policy for tid, policy in before.items()}
+        assert before[pid] == os.SCHED_OTHER
+        assert by_name["npu-owner-0"] == os.SCHED_OTHER, by_name
+        assert by_name["npu-waker"] == os.SCHED_BATCH, by_name
         long_texts = {"input": ["a red car on the beach " * 40] * 20, "truncate": True}
         texts = json.dumps(long_texts).encode()
         assert len(texts) > 16 * 1024  # parsed on a request thread

@@ -7,6 +7,7 @@ the NPU never waits for them."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import math
 import queue
 import threading
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..embedder import JobReuse, NpuFailure
 from ..errors import NpuctlError
+from . import affinity
 from .metrics import Metrics
 from .models import Runtime, ServedModel
 
@@ -69,12 +71,14 @@ class Work:
         self.notify: Callable[[], None] | None = None  # called once finished (any thread)
         self.queued_seconds = self.npu_seconds = 0.0  # measured by the owner, for the answer
 
-    def finish(self, outputs: list[np.ndarray] | None, error: BaseException | None = None) -> None:
+    def finish(
+        self, outputs: list[np.ndarray] | None, error: BaseException | None = None
+    ) -> Callable[[], None] | None:
+        """Record the outcome and mark the work done; what wakes the waiter that asked to be
+        woken (the owner has it called), or None."""
         self.outputs, self.error = outputs, error
         self._done.release()
-        notify = self.notify
-        if notify is not None:
-            notify()
+        return self.notify
 
     @property
     def done(self) -> bool:
@@ -121,6 +125,8 @@ class NpuOwner:
             )
             for index in range(len(runtimes))
         ]
+        self._wakes: queue.SimpleQueue = queue.SimpleQueue()  # waiters of finished work
+        self._waker = threading.Thread(target=self._wake_waiters, name="npu-waker", daemon=True)
         self._started = [threading.Event() for _ in runtimes]
         self._start_errors: list[BaseException | None] = [None] * len(runtimes)
         metrics.queue_depth.set_function(lambda: self._pending)  # read when scraped
@@ -134,6 +140,7 @@ class NpuOwner:
     def start(self) -> None:
         """Load, probe and warm up every runtime on its owner thread, one after the other (a
         second delegate is not opened while the first loads); raise what went wrong there."""
+        self._waker.start()
         for index, thread in enumerate(self._threads):
             thread.start()
             self._started[index].wait()
@@ -149,12 +156,28 @@ class NpuOwner:
             self._queue.put(_STOP)
         for thread in alive:
             thread.join(timeout)
-        return not any(thread.is_alive() for thread in alive)
+        stopped = not any(thread.is_alive() for thread in alive)
+        if stopped and self._waker.is_alive():  # every finished work's waiter woken first
+            self._wakes.put(_STOP)
+            self._waker.join()
+        return stopped
+
+    def _wake_waiters(self) -> None:
+        """Wakes the event loop for finished work, as SCHED_BATCH: it runs once the owner
+        sleeps, in its next NPU call or on an empty queue. The loop preempts whatever runs
+        when it wakes: woken by the owner itself, it took the owner's core, and beside a busy
+        process the owner then waited a whole time slice to hand the NPU its next job."""
+        affinity.name_thread("npu-waker")
+        affinity.wait_for_the_holder()
+        while (wake := self._wakes.get()) is not _STOP:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                wake()
 
     def _run(self, index: int) -> None:
         # The owner keeps the default policy: woken by the NPU's answer, it runs at once
         # and hands the device its next job. As SCHED_BATCH it waited behind whatever ran
         # on its core (about a millisecond of every 15 beside a busy process).
+        affinity.name_thread(f"npu-owner-{index}")
         runtime = self.runtimes[index]
         try:
             reuse = runtime.start()
@@ -242,12 +265,20 @@ class NpuOwner:
         work.queued_seconds = now - work.enqueued
         self.metrics.stage("queue", work.queued_seconds)
         if now > work.deadline:
-            work.finish(None, DeadlineExceeded(now - work.enqueued))
+            self._finished(work, None, DeadlineExceeded(now - work.enqueued))
             return
         try:
-            work.finish(self._timed(index, runtime, work.key, work.tensors, work))
+            outputs = self._timed(index, runtime, work.key, work.tensors, work)
         except Exception as error:  # NpuFailure, or a bug: one input fails, serving goes on
-            work.finish(None, error)
+            self._finished(work, None, error)
+        else:
+            self._finished(work, outputs, None)
+
+    def _finished(
+        self, work: Work, outputs: list[np.ndarray] | None, error: BaseException | None
+    ) -> None:
+        if (wake := work.finish(outputs, error)) is not None:
+            self._wakes.put(wake)
 
     def _timed(
         self,
