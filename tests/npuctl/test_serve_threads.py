@@ -7,15 +7,20 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.serve import affinity
+from npuctl.serve.app import INLINE_BODY
 from testkit.serve_process import start
 
 from .conftest import Board
+
+T = TypeVar("T")
 
 
 def fake_cpus(tmp_path: Path, capacities: dict[int, int | None]) -> Path:
@@ -70,20 +75,22 @@ def test_a_refused_policy_leaves_the_thread_as_it_was(monkeypatch) -> None:
     affinity.wait_for_the_holder()
 
 
-def policies_of_threads(pid: int) -> dict[int, int]:
-    policies = {}
+def per_thread(pid: int, read: Callable[[Path], T]) -> dict[int, T]:
+    """``read`` of each thread's /proc folder, by thread id; a thread that ended meanwhile is
+    left out."""
+    found = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            policies[int(task.name)] = os.sched_getscheduler(int(task.name))
-    return policies
+        with contextlib.suppress(OSError):
+            found[int(task.name)] = read(task)
+    return found
+
+
+def policies_of_threads(pid: int) -> dict[int, int]:
+    return per_thread(pid, lambda task: os.sched_getscheduler(int(task.name)))
 
 
 def names_of_threads(pid: int) -> dict[int, str]:
-    names = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            names[int(task.name)] = (task / "comm").read_text().strip()
-    return names
+    return per_thread(pid, lambda task: (task / "comm").read_text().strip())
 
 
 def test_the_event_loop_and_the_npu_owner_preempt_on_waking(clip_board: Board) -> None:
@@ -103,7 +110,7 @@ def test_the_event_loop_and_the_npu_owner_preempt_on_waking(clip_board: Board) -
         assert by_name["npu-waker"] == os.SCHED_BATCH, by_name
         long_texts = {"input": ["a red car on the beach " * 40] * 20, "truncate": True}
         texts = json.dumps(long_texts).encode()
-        assert len(texts) > 16 * 1024  # parsed on a request thread
+        assert len(texts) > INLINE_BODY  # parsed on a request thread
         answer = server.request("POST", "/v1/embeddings", texts)
         assert answer.status == 200, answer.body
         started = policies_of_threads(pid)
@@ -114,15 +121,12 @@ def test_the_event_loop_and_the_npu_owner_preempt_on_waking(clip_board: Board) -
 
 
 def cpus_of_threads(pid: int) -> dict[int, str]:
-    allowed = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            status = (task / "status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a connection's thread that ended meanwhile
+    def allowed(task: Path) -> str:
+        status = (task / "status").read_text()
         line = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
-        allowed[int(task.name)] = line.split()[1]
-    return allowed
+        return line.split()[1]
+
+    return per_thread(pid, allowed)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to choose from")

@@ -1185,8 +1185,10 @@ def _mobiledet_edgetpu_body() -> tuple[list[ConvLayer], tuple[int, ...]]:
                 block_layers=2 if kind == "fused" else 3,
             )
         )
+        if out == 96:
+            end_of_c4 = len(layers) - 1
         channels = out
-    feature_maps = [_last_of(layers, 96), len(layers) - 1]
+    feature_maps = [end_of_c4, len(layers) - 1]
     for depth in (512, 256, 256, 128):
         layers += [
             ConvLayer(depth // 2),
@@ -1195,11 +1197,6 @@ def _mobiledet_edgetpu_body() -> tuple[list[ConvLayer], tuple[int, ...]]:
         ]
         feature_maps.append(len(layers) - 1)
     return layers, tuple(feature_maps)
-
-
-def _last_of(layers: list[ConvLayer], channels: int) -> int:
-    """The last layer to ``channels``: the end of a stage."""
-    return max(number for number, layer in enumerate(layers) if layer.channels == channels)
 
 
 _MOBILEDET_BODY, _MOBILEDET_FEATURE_MAPS = _mobiledet_edgetpu_body()
