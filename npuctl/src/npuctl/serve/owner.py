@@ -176,7 +176,7 @@ class NpuOwner:
     def _run(self, index: int) -> None:
         # The owner keeps the default policy: woken by the NPU's answer, it runs at once
         # and hands the device its next job. As SCHED_BATCH it waited behind whatever ran
-        # on its core (about a millisecond of every 15 beside a busy process).
+        # on its core, the NPU idle meanwhile.
         affinity.name_thread(f"npu-owner-{index}")
         runtime = self.runtimes[index]
         try:
