@@ -338,7 +338,7 @@ def cpu_detections(model: Path, scene: Path) -> list[dict]:
     the same steps npuctl serve takes (decode, resize, the interpreter, the reply)."""
     from npuctl.images import decode_rgb
     from npuctl.platforms.rocket import detect
-    from npuctl.serve.vision_api import DEFAULT_MIN_CONFIDENCE, detection_reply
+    from npuctl.serve.protocols.deepstack import DEFAULT_MIN_CONFIDENCE, detection_reply
 
     picture = decode_rgb(scene.read_bytes(), 50_000_000)
     found = detect.SsdModel(model, None)

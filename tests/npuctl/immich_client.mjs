@@ -4,10 +4,12 @@
 // multipart form with the JSON `entries` and the photo as a Blob (no file name) or the text,
 // and healthy URLs tried first, each non-2xx marking its URL unhealthy.
 //
-// node immich_client.mjs URL[,URL...] PHOTO MODEL: prints what happened, as JSON.
+// node immich_client.mjs URL[,URL...] PHOTO MODEL [startup]: prints what happened, as JSON.
+// With "startup": what Immich does when its machine-learning server has just started: the
+// availability check, then a photo's and a text's request at once, each timed.
 import { readFile } from 'node:fs/promises';
 
-const [urlList, photo, modelName] = process.argv.slice(2);
+const [urlList, photo, modelName, mode] = process.argv.slice(2);
 const urls = urlList.split(',');
 const healthy = {};
 
@@ -75,6 +77,19 @@ const detectFaces = (imagePath) =>
   );
 
 const report = {};
+if (mode === 'startup') {
+  report.pingSentAt = Date.now();
+  for (const url of urls) await check(url);
+  report.healthyAtStart = { ...healthy };
+  report.predictSentAt = Date.now();
+  const [image, text] = await Promise.all([encodeImage(photo), encodeText('a red car')]);
+  report.predictAnsweredAt = Date.now();
+  report.image = { vector: JSON.parse(image.clip), imageWidth: image.imageWidth };
+  report.text = JSON.parse(text);
+  report.healthyAfter = { ...healthy };
+  console.log(JSON.stringify(report));
+  process.exit(0);
+}
 for (const url of urls) await check(url);
 report.healthyAtStart = { ...healthy };
 const image = await encodeImage(photo);

@@ -15,38 +15,17 @@ from PIL import Image
 
 from npuctl.images import decode_rgb
 from npuctl.platforms.zhouyi.pipelines import clip_image
-from testkit.immich_photos import box_half_share, half_scale_share, immich_preview
+from testkit.immich_photos import (
+    box_half_share,
+    half_scale_share,
+    immich_preview,
+    immich_transform,
+)
 from testkit.serve_process import Server, start
 
 from .conftest import Board
 from .immich_client import MODEL, immich_client
 from .test_serve_vision import KEY, curl_form
-
-CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
-CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
-
-
-def immich_transform(data: bytes) -> np.ndarray:
-    """The float input Immich's machine-learning server computes for an OpenCLIP visual model
-    with ViT-B-32__openai's preprocessing (size 224, bicubic, resize mode 'shortest'), restated
-    from immich_ml/models/transforms.py and models/clip/visual.py: Image.open, load, RGB (no
-    EXIF rotation), resize_pil, crop_pil, to_numpy, normalize, channels first."""
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    size = 224
-    if image.width < image.height:
-        image = image.resize((size, int((image.height / image.width) * size)), Image.BICUBIC)
-    else:
-        image = image.resize((int((image.width / image.height) * size), size), Image.BICUBIC)
-    left, upper = int(image.size[0] / 2 - size / 2), int(image.size[1] / 2 - size / 2)
-    image = image.crop((left, upper, left + size, upper + size))
-    array = np.asarray(image, dtype=np.float32) / 255.0
-    array *= 1.0 / CLIP_STD
-    array -= CLIP_MEAN / CLIP_STD
-    return array.transpose(2, 0, 1)
-
 
 def encoded(image: Image.Image, fmt: str = "JPEG", **options) -> bytes:
     buffer = io.BytesIO()
@@ -154,6 +133,65 @@ def test_immichs_client_gets_embeddings_and_stays_healthy(immich_server: Server,
     assert report["healthyAfterPing"][immich_server.url] is True
     assert report["imageAgain"] == report["image"]["vector"]
     assert immich_server.request("GET", "/health").status == 200
+
+
+def test_immich_at_start_up_pings_then_predicts_and_gets_200(clip_board: Board, bus_jpg) -> None:
+    """Immich right after the server starts: /ping answers at once while the models load,
+    and the /predict requests sent next wait for them and get 200 (Immich would mark the URL
+    unhealthy on a 503), as Immich's own server makes /predict wait for its model."""
+    server = start(
+        {**clip_board.env, "NOE_DOUBLE_LOAD_MS": "1500"}, "--public", "immich", wait=False
+    )
+    try:
+        assert server.listening.wait(60) and server.url, server.stderr
+        assert server.ready_at is None  # loading: the models take seconds
+        report = immich_client([server.url], bus_jpg, mode="startup")
+        assert server.ready.wait(60) and server.ready_at is not None, server.stderr
+        assert report["healthyAtStart"] == {server.url: True}
+        ready_ms = server.ready_at * 1000
+        assert report["pingSentAt"] < ready_ms, "the ping came after the models had loaded"
+        assert report["predictSentAt"] < ready_ms < report["predictAnsweredAt"] + 50
+        assert len(report["image"]["vector"]) == len(report["text"]) == 512
+        assert report["image"]["imageWidth"] == 810
+        assert report["healthyAfter"] == {server.url: True}
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.stderr
+
+
+def test_a_predict_waits_for_the_models_at_most_load_wait(clip_board: Board, bus_jpg) -> None:
+    """Past --load-wait, the request waiting for the models is answered 503 with
+    Retry-After, in Immich's shape; the server goes on loading and then serves."""
+    server = start(
+        {**clip_board.env, "NOE_DOUBLE_LOAD_MS": "1500"},
+        "--public", "immich", "--load-wait", "0.2",
+        wait=False,
+    )  # fmt: skip
+    try:
+        assert server.listening.wait(60) and server.url, server.stderr
+        assert server.request("GET", "/ping").body == b"pong"
+        entries = json.dumps({"clip": {"textual": {"modelName": MODEL}}}).encode()
+        form = b"".join(
+            b'--b\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % field
+            for field in ((b"entries", entries), (b"text", b"a red car"))
+        )
+        refused = server.request(
+            "POST",
+            "/predict",
+            form + b"--b--\r\n",
+            headers={"Content-Type": "multipart/form-data; boundary=b"},
+        )
+        assert server.ready_at is None, "the models loaded before the request was refused"
+        assert refused.status == 503 and "still loading" in refused.json()["detail"]
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert server.ready.wait(60) and server.ready_at is not None
+        status, answer = curl_form(
+            server, "/predict", 'entries={"clip": {"textual": {"modelName": "' + MODEL + '"}}}',
+            "text=a red car",
+        )  # fmt: skip
+        assert status == 200 and len(json.loads(answer["clip"])) == 512
+    finally:
+        assert server.stop() == 0
 
 
 def test_text_embedding_is_the_same_as_openais_route(immich_server: Server) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.serve import affinity
-from npuctl.serve.app import INLINE_BODY
+from npuctl.serve.protocol import PREPARE_INLINE
 from testkit.serve_process import start
 
 from .conftest import Board
@@ -110,7 +110,7 @@ def test_the_event_loop_and_the_npu_owner_preempt_on_waking(clip_board: Board) -
         assert by_name["npu-waker"] == os.SCHED_BATCH, by_name
         long_texts = {"input": ["a red car on the beach " * 40] * 20, "truncate": True}
         texts = json.dumps(long_texts).encode()
-        assert len(texts) > INLINE_BODY  # parsed on a request thread
+        assert len(texts) > PREPARE_INLINE  # parsed on a request thread
         answer = server.request("POST", "/v1/embeddings", texts)
         assert answer.status == 200, answer.body
         started = policies_of_threads(pid)

@@ -275,13 +275,14 @@ def test_api_key_from_systemd_credentials_and_the_open_listener_warning(yolo_boa
 
 def test_openapi_document_matches_the_routes_and_the_answers(yolo_board, clip_board, bus_jpg):
     jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a dev dependency")
-    from npuctl.serve.routes import ROUTES
+    from npuctl.serve.openapi import documented_path
+    from npuctl.serve.protocols import HTTP
 
     server = start(clip_board.env)
     try:
         document = server.request("GET", "/openapi.json").json()
         assert document["openapi"].startswith("3.1")
-        served = {route.path.replace("{unserved:.*}", "{unserved}") for route in ROUTES}
+        served = {documented_path(route) for api in HTTP for route in api.routes}
         assert set(document["paths"]) == served
         names = document["paths"]["/v2/models/{name}"]["get"]["parameters"][0]["schema"]["enum"]
         assert set(names) == {"yolov8n", "clip-text", "clip-visual"}

@@ -1,5 +1,5 @@
-"""The tables of docs/serving.md made from the server itself: its routes (.routes) and its
-limits (the options of 'npuctl serve' that set them, with their defaults and help).
+"""The tables of docs/serving.md made from the server itself: its routes (every protocol's of
+npuctl.serve.protocols) and its limits (npuctl.serve.limits, which also makes the options).
 python -m serve_tables FILE rewrites the marked tables in FILE (make docs-tables);
 a test fails when the file is out of date."""
 
@@ -9,31 +9,25 @@ import re
 import sys
 from pathlib import Path
 
-import click
+from npuctl.serve import limits
+from npuctl.serve.openapi import documented_path
+from npuctl.serve.protocols import HTTP
 
-from npuctl.serve import routes
-from npuctl.serve.command import serve
-
-# The options that bound what a client may cost, beside the Limits fields they set.
-LIMIT_OPTIONS = (
-    "queue_size", "max_inputs", "max_images", "max_body", "max_upload", "max_connections",
-    "max_per_client", "head_timeout", "body_timeout", "deadline", "decodes", "max_detections",
-)  # fmt: skip
 START, END = "<!-- {} table: make docs-tables -->", "<!-- end of the {} table -->"
 
 
-def limits_table() -> str:
-    options = {param.name: param for param in serve.params if isinstance(param, click.Option)}
-    lines = ["| flag | default | what it bounds |", "|---|---|---|"]
-    for name in LIMIT_OPTIONS:
-        option = options[name]
-        text = " ".join((option.help or "").split())
-        lines.append(f"| `{option.opts[0]}` | {option.default} | {text} |")
+def routes_table() -> str:
+    lines = ["| method | path | API | without the key |", "|---|---|---|---|"]
+    for api in HTTP:
+        for route in api.routes:
+            public = f"with `--public {route.public}`" if route.public else "no"
+            method = "any" if route.method == "*" else route.method
+            lines.append(f"| {method} | `{documented_path(route)}` | {api.name} | {public} |")
     return "\n".join(lines) + "\n"
 
 
 def render(text: str) -> str:
-    for name, table in (("routes", routes.listing()), ("limits", limits_table())):
+    for name, table in (("routes", routes_table()), ("limits", limits.table())):
         pattern = re.compile(
             re.escape(START.format(name)) + r"\n.*?" + re.escape(END.format(name)), re.S
         )

@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 READY = re.compile(r"ready: (http://[^ ]+)")
+LISTENING = re.compile(r"listening: (http://[^ ]+)")
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Server:
     lines: list[str] = field(default_factory=list)
     ended: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
+    listening: threading.Event = field(default_factory=threading.Event)
+    ready_at: float | None = None  # the wall clock when it said it was ready
 
     @property
     def port(self) -> int:
@@ -110,16 +114,21 @@ def start(
         assert process.stderr is not None
         for line in process.stderr:
             server.lines.append(line)
+            if found := LISTENING.search(line):
+                server.url = found.group(1)
+                server.listening.set()
             if found := READY.search(line):
+                server.ready_at = time.time()
                 server.url = found.group(1)
                 server.ready.set()
         server.ended.set()
-        server.ready.set()  # never ready: the waiter sees the process end
+        server.listening.set()  # never listening: the waiter sees the process end
+        server.ready.set()
 
     threading.Thread(target=read, daemon=True).start()
     if wait:
         server.ready.wait(120)
-        if server.url is None:
+        if server.ready_at is None:
             code = server.stop(10)
             raise AssertionError(f"npuctl serve did not start (exit {code}):\n{server.stderr}")
     return server

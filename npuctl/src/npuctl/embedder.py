@@ -8,9 +8,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .families import able
-from .platform import Platform
-
 if TYPE_CHECKING:
     from PIL import Image
 
@@ -59,7 +56,9 @@ class Embedder(Protocol):
 
     def prepare_token_ids(self, ids: list[int], truncate: bool) -> Prepared: ...
 
-    def prepare_image(self, data: bytes) -> Prepared: ...
+    def prepare_image(self, picture: Image.Image) -> Prepared:
+        """A decoded picture as the model's own transform prepares it."""
+        ...
 
     def prepare_photo(self, picture: Image.Image) -> Prepared:
         """A decoded photo as Immich's machine-learning server prepares it for this model
@@ -84,8 +83,3 @@ class Embedder(Protocol):
     def embed(self, prepared: Prepared) -> np.ndarray: ...
 
     def stop(self) -> None: ...
-
-
-def embedding_platform(forced: str | None) -> Platform:
-    """The family that embeds in-process ('npuctl watch')."""
-    return able(forced, lambda platform: platform.embeds, "embeds")

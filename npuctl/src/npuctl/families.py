@@ -77,3 +77,8 @@ def able(forced: str | None, can: Callable[[Platform], bool], what: str) -> Plat
 
 def absent_reasons() -> str:
     return "; ".join(f"{p.absent} ({p.title})" for p in all_platforms())
+
+
+def embedding_platform(forced: str | None) -> Platform:
+    """The family that embeds in-process ('npuctl watch')."""
+    return able(forced, lambda platform: platform.embeds, "embeds")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
@@ -43,7 +44,12 @@ class ImageFormatError(InputError):
     """Bytes that are none of the formats a request may send."""
 
 
-def decode_rgb(data: bytes, max_pixels: int, what: str = "the image") -> Image.Image:
+# The pixels a picture may have, by its format and mode (a server's memory budget), or one
+# number for every picture.
+PixelLimit = int | Callable[[str, str], int]
+
+
+def decode_rgb(data: bytes, max_pixels: PixelLimit, what: str = "the image") -> Image.Image:
     """An image sent as bytes (a request body), with the same limits as a file, in one of
     SENT_FORMATS."""
     try:
@@ -59,14 +65,25 @@ def decode_rgb(data: bytes, max_pixels: int, what: str = "the image") -> Image.I
 
 
 def _decoded(
-    source: Path | BytesIO, what: str, max_pixels: int, formats: tuple[str, ...] | None = None
+    source: Path | BytesIO,
+    what: str,
+    max_pixels: PixelLimit,
+    formats: tuple[str, ...] | None = None,
 ) -> Image.Image:
     with Image.open(source, formats=formats) as image:
         width, height = image.size
-        if width * height > max_pixels:
+        if isinstance(max_pixels, int):
+            limit, raise_it = max_pixels, "raise --max-image-pixels"
+        else:
+            limit = max_pixels(image.format or "", image.mode)
+            raise_it = (
+                f"raise the server's memory limit or --max-image-pixels, which set it for a "
+                f"{image.format} in mode {image.mode}"
+            )
+        if width * height > limit:
             raise InputError(
                 f"{what} is {width}x{height} = {width * height:,} pixels, over the limit of "
-                f"{max_pixels:,}: scale it down or raise --max-image-pixels"
+                f"{limit:,}: scale it down or {raise_it}"
             )
         image.load()
         # A JPEG decodes to RGB already: convert() would copy every pixel once more.

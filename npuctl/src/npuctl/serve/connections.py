@@ -1,54 +1,50 @@
-"""What a connection may cost before it has sent a whole request head, in front of aiohttp's
-own protocol: the head's bytes (an endless header is cut at the limit with 431, counted as
-the bytes arrive, so the cost is linear), the time to send it (a slow client is closed after
-the head timeout, apart from the body's own timeout), and the connections themselves.
+"""What a connection may cost before aiohttp reads it: aiohttp bounds each header line while it
+arrives, but not a head's total size, nor the time a client takes to send it, nor how many
+connections a listener or one address holds. The guard is an asyncio protocol in front of
+aiohttp's that watches only that, and writes no HTTP itself:
 
-Connections are counted per listener (the unix socket has its own, so no TCP client can take
-the probes' capacity) and per client address. At a limit, a new connection takes the place of
-the oldest one that is idle between requests or still sending its head: those are not being
-served, and a slow or half-open client must never keep a probe out. Only when every
-connection is inside a request is the newcomer answered 503 with Retry-After.
-
-aiohttp parses; this only watches the bytes go by until the blank line that ends a head."""
+- a request's head is held back until it is whole (at most ``max_head`` bytes, its line at
+  most ``max_target``), then handed to aiohttp with what follows it; the body and pipelined
+  requests pass straight through;
+- a head that grows past its limit, or is not whole after ``head_timeout``, is not handed on:
+  aiohttp is given a request of the guard's own instead (the same path, or a path no route
+  serves, and ``Connection: close``) and the guard's refusal (414, 431, 408) is the answer the
+  application gives it, in the shape of the API that path belongs to;
+- connections are counted per listener (the unix socket has its own, so no TCP client can
+  take the probes' capacity) and per client address. At a limit, a new connection takes the
+  place of the oldest one that is idle between requests or still sending its head: those are
+  not being served, and a slow or half-open client must never keep a probe out. Only when
+  every connection is inside a request is the newcomer refused (503 with Retry-After, to the
+  request it sends within ``REFUSED_HEAD_SECONDS``; one that sends none is closed)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import Limits
 from .metrics import Metrics
 
 HEAD_END = b"\r\n\r\n"
+# A refused connection's client has this long to send its request, which is then answered.
+REFUSED_HEAD_SECONDS = 1.0
+# A request line whose target may be repeated in the guard's own request.
+_REQUEST_LINE = re.compile(rb"([A-Z]{1,16}) (/[\x21-\x7e]{0,1024}) HTTP/1\.[01]\r\n")
+UNSERVED_PATH = "/.refused"
+OWN_REQUEST_HEAD = b" HTTP/1.1\r\nHost: npuctl-serve\r\nConnection: close\r\n\r\n"
 
 
 @dataclass(frozen=True)
-class HeadLimits:
-    max_target: int = 8 * 1024  # bytes of the request line
-    max_head: int = 64 * 1024  # bytes of the request line and all headers
-    head_timeout: float = 10.0  # seconds to send a whole head, and to idle between requests
-    linger: float = 2.0  # seconds a body answered before it was read may still be read away
+class Refusal:
+    """Why the guard refused a connection: the application answers its request with it."""
 
-
-def _answer(status: int, reason: str, code: str, message: str, extra: str = "") -> bytes:
-    """An answer before any route is known: in the OpenAI shape, the most common client's."""
-    body = json.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": "server_error" if status >= 500 else "invalid_request_error",
-                "param": None,
-                "code": code,
-            }
-        }
-    ).encode()
-    return (
-        f"HTTP/1.1 {status} {reason}\r\nServer: npuctl-serve\r\nContent-Type: application/json"
-        f"\r\nContent-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
-    ).encode() + body
+    status: int
+    code: str
+    message: str
+    retry_after: int | None = None
 
 
 @dataclass
@@ -78,13 +74,13 @@ class Budget:
 
 
 class Guard(asyncio.Protocol):
-    """One connection: watches its heads, then hands every byte to aiohttp's protocol."""
+    """One connection: holds each head back until it is whole, then hands it to aiohttp."""
 
     def __init__(
         self,
         inner: asyncio.Protocol,
         budget: Budget,
-        limits: HeadLimits,
+        limits: Limits,
         metrics: Metrics,
         registry: dict[Any, Guard],
     ) -> None:
@@ -99,16 +95,17 @@ class Guard(asyncio.Protocol):
         self.client = ""
         self.in_request = False  # a whole head has arrived and its answer is not yet sent
         self.handler: asyncio.Task[Any] | None = None  # the task answering the request
+        self.refusal: Refusal | None = None  # what the application answers instead
         self.since = time.monotonic()  # when this connection last became unserved
-        self._head = 0  # bytes of the head being received
-        self._line_done = False
-        self._tail = b""  # the last bytes of the previous chunk: a head end can straddle two
+        self._held = bytearray()  # the head so far, not yet handed on
+        self._line_end = -1  # where its request line ends, once known
         # A head is due by the deadline. The timer is not moved at every request (a timer
         # costs more than the rest of the watch): it fires at an earlier deadline, finds the
         # later one and waits again.
         self._deadline: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None  # heads watched again after it
+        self._deaf = False  # nothing more is handed on: a refusal was, or the connection ends
         self._closed = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -116,20 +113,25 @@ class Guard(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.client = peer[0] if isinstance(peer, tuple) else "unix"
-        if not self.budget.admit(self):
-            self.metrics.errors.labels("busy").inc()
-            self._refuse()
-            return
         self.registry[transport] = self
         self.inner.connection_made(transport)
+        if not self.budget.admit(self):
+            self.metrics.errors.labels("busy").inc()
+            self.refusal = Refusal(
+                503, "busy", "too many open connections: retry later", retry_after=1
+            )
+            self._deadline = self.loop.time() + REFUSED_HEAD_SECONDS
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+            return
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._deaf:
             return
-        if not self.in_request and not self._watch(data):
+        if self.in_request:
+            self.inner.data_received(data)
             return
-        self.inner.data_received(data)
+        self._watch(data)
 
     def eof_received(self) -> bool | None:
         """The client closed its side: it reads no answer, so the connection ends, and with
@@ -160,12 +162,15 @@ class Guard(asyncio.Protocol):
     # -- what the application tells --------------------------------------------------------
     def request_started(self) -> None:
         self.in_request = True
+        self._line_end = -1
         self._disarm()
 
     def request_finished(self, body_read: bool = True) -> None:
         """The answer is made. A body not read to its end is read away by aiohttp for up to
         ``linger`` seconds (so the client reads the answer, not a reset): those bytes are
         no head, and heads are watched again only after that."""
+        if self._deaf:  # a request of the guard's own: the connection closes with the answer
+            return
         if not body_read:
             self._disarm()
             self._linger = self.loop.call_later(self.limits.linger + 1, self.request_finished)
@@ -173,7 +178,6 @@ class Guard(asyncio.Protocol):
         self.in_request = False
         self.handler = None
         self.since = time.monotonic()
-        self._head, self._line_done, self._tail = 0, False, b""
         self._arm()
 
     def evict(self) -> None:
@@ -182,40 +186,53 @@ class Guard(asyncio.Protocol):
         self._close()
 
     # -- heads -----------------------------------------------------------------------------
-    def _watch(self, data: bytes) -> bool:
-        """Count a head's bytes; False when the connection was closed for them."""
-        if self._head == 0 and self._deadline is None:
-            self._arm()
-        window = self._tail + data
-        end = window.find(HEAD_END)
-        counted = len(data) if end < 0 else max(0, end + len(HEAD_END) - len(self._tail))
-        self._head += counted
-        if not self._line_done:
-            line_end = window.find(b"\r\n")
-            line = self._head if line_end < 0 else line_end
-            if line > self.limits.max_target:
-                self._reject(
-                    414,
-                    "URI Too Long",
-                    "uri_too_long",
-                    f"the request line is over {self.limits.max_target} bytes",
-                )
-                return False
-            self._line_done = line_end >= 0
-        if self._head > self.limits.max_head:
-            self._reject(
-                431,
-                "Request Header Fields Too Large",
-                "headers_too_large",
-                f"the request's head is over {self.limits.max_head} bytes",
+    def _watch(self, data: bytes) -> None:
+        """Hold the head back until it is whole; hand it on with what follows it."""
+        limits = self.limits
+        if not self._held:
+            if self._deadline is None:
+                self._arm()
+            end = data.find(HEAD_END)
+            if 0 <= end <= limits.max_head - len(HEAD_END) and data.find(b"\r\n") <= (
+                limits.max_target
+            ):
+                self.request_started()  # the usual case: a whole head in one chunk
+                self.inner.data_received(data)
+                return
+        searched = len(self._held)
+        self._held += data
+        if self._line_end < 0:
+            found = self._held.find(b"\r\n", max(0, searched - 1))
+            if found >= 0:
+                self._line_end = found
+        if (len(self._held) if self._line_end < 0 else self._line_end) > limits.max_target:
+            self._refuse(414, "uri_too_long", f"the request line is over {limits.max_target} bytes")
+            return
+        end = self._held.find(HEAD_END, max(0, searched - len(HEAD_END) + 1))
+        if (len(self._held) if end < 0 else end + len(HEAD_END)) > limits.max_head:
+            self._refuse(
+                431, "headers_too_large", f"the request's head is over {limits.max_head} bytes"
             )
-            return False
-        if end >= 0:
-            # The rest of this chunk is the body, or a pipelined request aiohttp takes in turn.
+        elif end >= 0:
+            held, self._held = bytes(self._held), bytearray()
+            # The rest is the body, or a pipelined request aiohttp takes in turn.
             self.request_started()
-        else:
-            self._tail = window[-(len(HEAD_END) - 1) :]
-        return True
+            self.inner.data_received(held)
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer with ``status`` (or the refusal the connection had already) to a request of
+        the guard's own: its client's request line where it was whole and plain, else a path
+        no route serves."""
+        self.metrics.errors.labels("slow_client" if status == 408 else "too_large").inc()
+        self.refusal = self.refusal or Refusal(status, code, message)
+        found = _REQUEST_LINE.match(self._held)
+        method, target = (found.group(1), found.group(2)) if found else (b"GET", b"")
+        if method == b"HEAD" or not target:
+            method, target = b"GET", UNSERVED_PATH.encode()
+        self._held, self._line_end = bytearray(), -1
+        self._deaf = True
+        self.request_started()
+        self.inner.data_received(method + b" " + target + OWN_REQUEST_HEAD)
 
     def _arm(self) -> None:
         self._disarm()
@@ -242,48 +259,18 @@ class Guard(asyncio.Protocol):
         if self.loop.time() < self._deadline:  # re-armed since this timer was set
             self._timer = self.loop.call_at(self._deadline, self._expire)
             return
-        self._too_slow()
-
-    def _too_slow(self) -> None:
         self._deadline = None
-        if self._head:  # an idle keep-alive connection just ends
-            self.metrics.errors.labels("slow_client").inc()
-            self._reject(
+        if self._held:  # an idle keep-alive connection, or a refused one that sent nothing, ends
+            self._refuse(
                 408,
-                "Request Timeout",
                 "request_timeout",
                 f"the request's head took over {self.limits.head_timeout:g} s to arrive",
             )
         else:
             self._close()
 
-    def _reject(self, status: int, reason: str, code: str, message: str) -> None:
-        if status != 408:
-            self.metrics.errors.labels("too_large").inc()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_answer(status, reason, code, message))
-        self._close()
-
-    def _refuse(self) -> None:
-        """Over the limit with every connection busy: a whole 503, then close without a reset
-        (the client's request may be unread: close once it has sent it, or after a second)."""
-        assert self.transport is not None
-        self._closed = True
-        self.transport.write(
-            _answer(
-                503,
-                "Service Unavailable",
-                "busy",
-                "too many open connections: retry later",
-                "Retry-After: 1\r\n",
-            )
-        )
-        with_eof: Callable[[], bool] = getattr(self.transport, "can_write_eof", lambda: False)
-        if with_eof():
-            self.transport.write_eof()
-        self.loop.call_later(1.0, self.transport.close)
-
     def _close(self) -> None:
         self._stop_timers()
+        self._deaf = True
         if self.transport is not None:
             self.transport.close()

@@ -116,6 +116,16 @@ class Metrics:
         self.ready = Gauge(
             "npuctl_serve_ready", "1 when the last readiness check passed.", registry=registry
         )
+        self.memory = Gauge(
+            "npuctl_serve_memory_budget_bytes",
+            "The memory budget: the limit planned for, what the warm models hold, one decode "
+            "slot, and the request bodies held at once.",
+            ["part"],
+            registry=registry,
+        )
+        self.decode_slots = Gauge(
+            "npuctl_serve_decode_slots", "Pictures decoded at once, at most.", registry=registry
+        )
         self.job_reuse = Gauge(
             "npuctl_serve_job_reuse",
             "1 when one NPU job serves input after input (probed at start).",
@@ -150,6 +160,17 @@ class Metrics:
         self.request_seconds = self.request_durations.child()
         for histogram in (self.stages, self.model_durations, self.request_durations):
             registry.register(histogram)
+
+    def planned(self, limit: int, warm: int, per_decode: int, bodies: int, decodes: int) -> None:
+        """The memory budget, as planned at start and again once the models are warm."""
+        for part, value in (
+            ("limit", limit),
+            ("warm", warm),
+            ("decode_slot", per_decode),
+            ("bodies", bodies),
+        ):
+            self.memory.labels(part).set(value)
+        self.decode_slots.set(decodes)
 
     def answered(self, endpoint: str, status: int, seconds: float) -> None:
         key = (endpoint, status)

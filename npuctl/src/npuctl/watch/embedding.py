@@ -91,7 +91,7 @@ class LocalEmbedding:
     """The platform's Embedder in this process (no other NPU user may run meanwhile)."""
 
     def __init__(self, settings: Settings) -> None:
-        from ..embedder import embedding_platform
+        from ..families import embedding_platform
 
         platform = embedding_platform(settings.platform)
         self.embedder = platform.open_embedder(settings)

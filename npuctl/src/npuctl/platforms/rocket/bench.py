@@ -10,8 +10,7 @@ import numpy as np
 from npuctl.output import progress_bar
 from npuctl.platform import BenchRun
 
-from .commands import managed_file
-from .runtime import LiteModel, delegate_of
+from .runtime import LiteModel, delegate_of, managed_file
 
 
 def _time(loaded: LiteModel, iterations: int, warmup: int, label: str, shown: bool) -> list[float]:

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import click
 
-from npuctl.errors import ModelError
 from npuctl.images import open_rgb
-from npuctl.models.store import Lock, verify
 from npuctl.output import emit_json, table
 from npuctl.params import JSON_OUTPUT
 from npuctl.settings import Settings, pass_settings
@@ -17,19 +15,11 @@ from npuctl.vision import check_annotate_target, write_annotated
 
 from . import detect
 from .classify import image_tensor, read_labels, top
-from .runtime import Classifier, delegate_of
+from .runtime import Classifier, delegate_of, managed_file
 
 _CPU_OPTION = click.option(
     "--cpu", is_flag=True, help="Run on the CPU interpreter (the reference)."
 )
-
-
-def managed_file(settings: Settings, name: str) -> Path:
-    entry = settings.manifest.get(name)
-    check = verify(entry, settings.models_dir, Lock.load(settings.models_dir))
-    if check.state in ("missing", "invalid", "mismatch"):
-        raise ModelError(f"{name}: {check.detail}")
-    return check.path
 
 
 def classifier(settings: Settings, name: str, model: Path | None, cpu: bool) -> Classifier:

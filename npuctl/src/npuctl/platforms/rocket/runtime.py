@@ -14,11 +14,11 @@ import numpy as np
 
 from npuctl.child import run_module
 from npuctl.errors import ModelError, NpuError
-from npuctl.models.store import check_model_file
+from npuctl.models.store import Lock, check_model_file, verify
 
-from . import DEFAULT_DELEGATE
 from .child import MODULE as PROBE_MODULE
 from .child import NO_DEVICE
+from .facts import DEFAULT_DELEGATE
 from .litert import interpreter, load_module
 
 if TYPE_CHECKING:
@@ -199,3 +199,12 @@ def image_input(model: Path, inputs: list[TensorSpec]) -> TensorSpec:
             "(uint8 or int8): use a quantized .tflite"
         )
     return spec
+
+
+def managed_file(settings: Settings, name: str) -> Path:
+    """A model or asset of the manifest, downloaded and checked."""
+    entry = settings.manifest.get(name)
+    check = verify(entry, settings.models_dir, Lock.load(settings.models_dir))
+    if check.state in ("missing", "invalid", "mismatch"):
+        raise ModelError(f"{name}: {check.detail}")
+    return check.path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -17,10 +16,11 @@ from npuctl.params import JSON_OUTPUT, UTF8_TEXT
 from npuctl.settings import Settings, pass_settings
 from npuctl.vision import check_annotate_target, write_annotated
 
-from .noe.binding import TensorInfo, quantize
-from .pipelines import clip_image, yolo
+from .noe.binding import quantize
+from .pipelines import yolo
 from .pipelines.clip_tokenizer import CONTEXT_LENGTH, ClipTokenizer, padded
 from .pipelines.text_fixes import CLEANING
+from .preparation import clip_input, load_tokenizer
 from .runtime import Model, npu
 
 _model_option = click.option(
@@ -29,18 +29,6 @@ _model_option = click.option(
     default=None,
     help="Use this model file instead of the managed one.",
 )
-
-
-def load_tokenizer(settings: Settings, vocab: Path | None) -> ClipTokenizer:
-    if vocab is None:
-        entry = settings.manifest.get("clip-bpe-vocab")
-        vocab = settings.models_dir / entry.file
-        if not vocab.exists():
-            raise InputError(
-                f"the CLIP vocabulary {vocab} is missing: run 'npuctl models "
-                "fetch clip-text' or pass --vocab"
-            )
-    return ClipTokenizer(vocab)
 
 
 def tokens_for(tokenizer: ClipTokenizer, text: str, truncate: bool) -> np.ndarray:
@@ -67,17 +55,6 @@ def embed_images(model: Model, pictures: list[Image.Image]) -> list[np.ndarray]:
         normalise(model.run([clip_input(picture, model.inputs[0])]).values())
         for picture in pictures
     ]
-
-
-def clip_input(
-    image: Image.Image,
-    info: TensorInfo,
-    fit: Callable[[Image.Image], Image.Image] = clip_image.resize_and_crop,
-) -> np.ndarray:
-    """The visual encoder's input tensor, quantized with the descriptor's scale."""
-    if info.dtype.kind in "iu":
-        return clip_image.quantized(image, info.scale, info.zero_point, info.dtype, fit)
-    return quantize(clip_image.preprocess(image, fit), info)
 
 
 @click.command(name="clip-text")

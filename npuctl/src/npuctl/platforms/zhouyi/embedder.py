@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from npuctl.embedder import JobReuse, Prepared, Rejected
-from npuctl.errors import InputError, NpuctlError
-from npuctl.images import ImageFormatError, decode_rgb
+from npuctl.errors import NpuctlError
 
-from .commands import clip_input, load_tokenizer
 from .noe.binding import dequantize
 from .noe_runtime import NoeRuntime
 from .pipelines import clip_image
 from .pipelines.clip_tokenizer import CONTEXT_LENGTH, EOT, SOT, padded
+from .preparation import clip_input, load_tokenizer
 from .runtime import npu
 
 if TYPE_CHECKING:
@@ -33,7 +32,6 @@ class ClipEmbedder:
     model_names: tuple[str, ...] = ("clip", "clip-text", "clip-visual")
 
     def __init__(self, settings: Settings, runtime: NoeRuntime | None = None) -> None:
-        self.max_pixels = settings.max_image_pixels
         self.tokenizer = load_tokenizer(settings, None)
         if runtime is None:  # in-process use: its own runtime with both encoders
             device, manifest = npu(settings), settings.manifest
@@ -80,14 +78,8 @@ class ClipEmbedder:
         dtype = model.inputs[0].dtype if model else np.int32
         return Prepared("text", tokens.astype(dtype), len(ids) + 2)
 
-    def prepare_image(self, data: bytes) -> Prepared:
+    def prepare_image(self, picture: Image.Image) -> Prepared:
         self._need_images()
-        try:
-            picture = decode_rgb(data, self.max_pixels)
-        except ImageFormatError as error:
-            raise Rejected(str(error), "unsupported_media_type") from None
-        except InputError as error:
-            raise Rejected(str(error), "invalid_image") from None
         return Prepared("image", clip_input(picture, self.runtime.models["clip-visual"].inputs[0]))
 
     def prepare_photo(self, picture: Image.Image) -> Prepared:

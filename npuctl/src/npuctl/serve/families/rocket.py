@@ -15,12 +15,12 @@ from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import ModelError
 from npuctl.platforms.rocket import detect
 from npuctl.platforms.rocket.classify import image_tensor, read_labels, top
-from npuctl.platforms.rocket.commands import managed_file
 from npuctl.platforms.rocket.litert import interpreter, load_module
 from npuctl.platforms.rocket.runtime import (
     TensorSpec,
     delegate_of,
     image_input,
+    managed_file,
     probe_delegate,
     proven_tensors_of,
 )

@@ -14,6 +14,7 @@ from npuctl.errors import ExitCode, NpuctlError
 from npuctl.platforms.zhouyi.noe.binding import TensorInfo, dequantize, quantize
 from npuctl.platforms.zhouyi.noe_runtime import NoeRuntime
 from npuctl.platforms.zhouyi.pipelines import yolo
+from npuctl.platforms.zhouyi.preparation import clip_input
 from npuctl.platforms.zhouyi.runtime import npu
 from npuctl.vision import golden_picture
 
@@ -128,8 +129,6 @@ class ClipModel(_Served):
     def golden(self) -> list[list[np.ndarray]]:
         if self._golden is not None:
             return self._golden()
-        from npuctl.platforms.zhouyi.commands import clip_input
-
         return [[clip_input(golden_picture(seed), self.input_infos[0])] for seed in (0, 1)]
 
 

@@ -4,7 +4,6 @@ crop 224x224, RGB scaled to [0, 1], normalised with CLIP's mean and std, channel
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from PIL import Image
@@ -19,11 +18,7 @@ _OFFSET = (-MEAN / STD).astype(np.float32)
 
 def resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
     """Pillow's bicubic resize of the shortest side to ``size``, then the centre crop, as
-    CLIP's own transform (torchvision's CenterCrop rounds the offsets).
-
-    Pillow resizes in two passes, horizontal then vertical, each rounded to 8 bits; doing
-    the passes as two calls gives the same pixels, and the horizontal pass works row by row,
-    so a tall image's rows are split between two threads (Pillow releases the GIL)."""
+    CLIP's own transform (torchvision's CenterCrop rounds the offsets)."""
     width, height = image.size
     if width <= height:
         new_width, new_height = size, int(size * height / width)
@@ -50,57 +45,10 @@ def immich_resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
     return resized.crop((left, top, left + size, top + size))
 
 
-_PARALLEL_MIN_ROWS = 512
-_pool: ThreadPoolExecutor | None = None
-
-
 def _resize(image: Image.Image, width: int, height: int) -> Image.Image:
-    # Pillow 13 and later run the vertical pass first when the height shrinks by more than
-    # twice what the width does: the bands below would then give other pixels than one call.
-    vertical_first = image.height - height > 2 * (image.width - width)
-    if image.height < _PARALLEL_MIN_ROWS or width == image.width or vertical_first:
-        return image.resize((width, height), Image.Resampling.BICUBIC)
-    # Horizontal pass: rows are independent, so two bands of rows.
-    half = image.height // 2
-    horizontal = _in_bands(
-        image,
-        [(0, 0, image.width, half), (0, half, image.width, image.height)],
-        lambda box: (width, box[3] - box[1]),
-        (width, image.height),
-    )
-    if height == image.height:
-        return horizontal
-    # Vertical pass: columns are independent, so two bands of columns.
-    middle = width // 2
-    return _in_bands(
-        horizontal,
-        [(0, 0, middle, image.height), (middle, 0, width, image.height)],
-        lambda box: (box[2] - box[0], height),
-        (width, height),
-    )
-
-
-Box = tuple[int, int, int, int]
-
-
-def _in_bands(
-    source: Image.Image,
-    boxes: list[Box],
-    band_size: Callable[[Box], tuple[int, int]],
-    size: tuple[int, int],
-) -> Image.Image:
-    """Resize each band of ``source`` in its own thread and put the results side by side."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="npuctl-resize")
-    parts = _pool.map(
-        lambda box: source.crop(box).resize(band_size(box), Image.Resampling.BICUBIC), boxes
-    )
-    whole = Image.new(source.mode, size)
-    for box, part in zip(boxes, parts, strict=True):
-        # A pass keeps the other axis: each band lands where it started.
-        whole.paste(part, (box[0], box[1]))
-    return whole
+    # One call on one thread: the server keeps its threads on one core, where splitting the
+    # passes into bands only costs the copies of the bands.
+    return image.resize((width, height), Image.Resampling.BICUBIC)
 
 
 def quantized(
