@@ -76,6 +76,49 @@ def test_import_contracts_catch_a_cycle(tmp_path: Path):
     assert "npuctl.settings -> npuctl.platforms.zhouyi" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("module", "addition", "closing"),
+    [
+        # The interface's own module, importing a type back under TYPE_CHECKING only.
+        (
+            "embedder.py",
+            "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from .platform import Platform\n",
+            "npuctl.embedder:",
+        ),
+        # A family's facts importing its interface inside a function.
+        (
+            "platforms/rocket/facts.py",
+            "\n\ndef _late():\n    from .platform import PLATFORM\n\n    return PLATFORM\n",
+            "npuctl.platforms.rocket.facts:",
+        ),
+    ],
+    ids=["type-checking", "inside-a-function"],
+)
+def test_import_contracts_count_every_import_in_a_cycle(
+    tmp_path: Path, module: str, addition: str, closing: str
+):
+    """A cycle closed only under TYPE_CHECKING or inside a function fails the contracts, and
+    the failure names the modules and the import that closes it."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    if not linter.exists():
+        pytest.skip("import-linter is not installed: run 'make deps'")
+    tree = tmp_path / "npuctl"
+    shutil.copytree(ROOT / "npuctl/src/npuctl", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    changed = tree / module
+    changed.write_text(changed.read_text() + addition)
+    config = tmp_path / "contracts.toml"
+    config.write_text((ROOT / "tools/pyproject.toml").read_text())
+    result = run(
+        linter, "--no-cache", str(config), cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{tmp_path}"}
+    )
+    assert result.returncode != 0
+    text = " ".join(result.stdout.split())
+    assert "(no cycles) BROKEN" in text or "(no cycles)BROKEN" in text, result.stdout
+    assert "modules of npuctl import each other" in text
+    assert closing in text
+
+
 def test_no_family_is_named_outside_its_own_places():
     result = run(sys.executable, "-m", "pipeline.family_lint", cwd=ROOT)
     assert result.returncode == 0, result.stdout
@@ -98,6 +141,24 @@ def test_the_family_name_lint_catches_a_name(tmp_path: Path):
     lines = result.stdout.splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("tools/pipeline/fetch.py:") and "the rocket family" in lines[0]
+
+
+def test_the_family_name_lint_catches_the_words_of_a_family(tmp_path: Path):
+    """A family's other names (its family_names: SoC, vendor, user space) fail in a shared
+    string and in a command's help, which users read; not in another docstring."""
+    for part in ("dkms", "npuctl/src/npuctl"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shared = tmp_path / "npuctl/src/npuctl/commands/models.py"
+    shared.write_text(
+        shared.read_text()
+        + '\n\n@click.command()\ndef _help():\n    """Runs on the RK3588."""\n'
+        + '\n\ndef _text():\n    """Unlike libnoe."""\n    return "Teflon here"\n'
+    )
+    result = run(sys.executable, "-m", "pipeline.family_lint", str(tmp_path), cwd=ROOT)
+    assert result.returncode == 1
+    found = sorted(line.split(": names ")[1].split(" (")[0] for line in result.stdout.splitlines())
+    assert found == ["the rocket family", "the rocket family"], result.stdout
+    assert "RK3588" in result.stdout and "Teflon here" in result.stdout
 
 
 # Where the tools may start a process other than through pipeline.tools.run, and why.

@@ -89,6 +89,16 @@ def test_npuctl_recommends_and_describes_it(scratch):
     assert "the demo board (demo)" in serve
 
 
+def test_the_servers_unit_allows_its_device(scratch):
+    script = "from pipeline.npuctl_package import serve_unit; print(serve_unit())"
+    result = scratch.python("-c", script)
+    assert result.returncode == 0, result.stderr
+    allowed = [line for line in result.stdout.splitlines() if line.startswith("DeviceAllow=")]
+    assert allowed == ["DeviceAllow=/dev/aipu rw", f"DeviceAllow=/dev/{MODULE} rw",
+        "DeviceAllow=char-accel rw"]  # fmt: skip
+    assert f"#   {PACKAGE}: /dev/{MODULE}" in result.stdout
+
+
 def _board(root: Path) -> Path:
     """An arm64 board with the demo NPU's node and its device."""
     files = {

@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from npuctl.cdi.spec import NpuEdits
     from npuctl.doctor.chain import Step
     from npuctl.doctor.findings import Report
-    from npuctl.doctor.run import Options
+    from npuctl.doctor.options import Options
     from npuctl.provision.actions import Action, Request
     from npuctl.system import System
 

@@ -152,7 +152,7 @@ def test_a_parts_name_is_the_one_aiohttp_reads(disposition: str) -> None:
     from aiohttp import BodyPartReader
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from npuctl.serve.app import part_name
+    from npuctl.serve.protocol import part_name
 
     headers = CIMultiDictProxy(CIMultiDict({"Content-Disposition": disposition}))
     part = BodyPartReader(b"--x", headers, None)  # type: ignore[arg-type]
@@ -421,8 +421,9 @@ def test_sigterm_finishes_an_upload_being_received_and_refuses_new_requests(clip
 
 
 def test_the_unit_reloads_with_sighup() -> None:
-    unit = Path(__file__).resolve().parents[2] / "provision/npuctl-serve/npuctl-serve.service"
-    text = unit.read_text()
+    from pipeline.npuctl_package import serve_unit
+
+    text = serve_unit()
     assert "ExecReload=/bin/kill -HUP $MAINPID" in text
     assert re.search(r"^MemoryMax=1G$", text, re.M)  # as the K3s manifests' limit
 

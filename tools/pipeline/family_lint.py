@@ -4,11 +4,12 @@ A family is described once, in its places: dkms/<package>.yaml, patches/<package
 provision/<package>/, its npuctl platform package (npuctl/src/npuctl/platforms/<platform>/)
 and its serving adapter (npuctl/src/npuctl/serve/families/<platform>.py). Every other part
 of npuctl and of the build tools must learn what differs between families from those places,
-so a family's names (its package, module, platform driver and npuctl platform, read from its
-description) may not appear there in an identifier or a string. Comments and docstrings may
-name examples; tests, the benchmarks and the test support (tools/testkit) exercise each family
-by name; the project's own name, which is its first package's, is spelled once in
-pipeline/identity.py.
+so a family's names (its package, module, platform driver and npuctl platform, and the
+words of its family_names: its SoC, vendor, board and user space, read from its description)
+may not appear there in an identifier or a string, nor in a command's help. Comments and
+other docstrings may name examples; tests, the benchmarks and the test support
+(tools/testkit) exercise each family by name; the project's own name, which is its first
+package's, is spelled once in pipeline/identity.py.
 
 Run: python -m pipeline.family_lint [ROOT]; exit 0 when clean, 1 with one line per finding.
 """
@@ -75,13 +76,30 @@ def families(root: Path) -> list[Family]:
             package["module"],
             package["platform_driver"],
             package["npuctl_platform"],
+            *package.get("family_names", ()),
         }
     return [Family(platform, tuple(sorted(names))) for platform, names in found.items()]
 
 
+def _is_command(node: ast.AST) -> bool:
+    """A function click makes a command of: its docstring is the help users read."""
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    for decorator in node.decorator_list:
+        called = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+        if name in ("command", "group"):
+            return True
+    return False
+
+
 def _docstring_lines(tree: ast.AST) -> set[int]:
+    """The lines of docstrings, which may name examples; a command's is its help, and is
+    checked like any string."""
     lines = set()
     for node in ast.walk(tree):
+        if _is_command(node):
+            continue
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
             if (

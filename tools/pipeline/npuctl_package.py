@@ -11,11 +11,11 @@ from .atomic import replaced_directory
 from .config import REPO_ROOT, Config, load_package, package_names
 from .npuctl_drivers import check as check_drivers_data
 from .package import dpkg_buildpackage
-from .render import render_tree
+from .render import render_file, render_tree
 from .tools import require_tool
 
 NPUCTL = REPO_ROOT / "npuctl"
-SERVE_UNIT = REPO_ROOT / "provision" / "npuctl-serve" / "npuctl-serve.service"
+SERVE_UNIT = REPO_ROOT / "provision" / "npuctl-serve" / "npuctl-serve.service.j2"
 # The binary packages of the npuctl source: the core and the parts with packages of their own.
 BINARY_PACKAGES = ("npuctl", "npuctl-serve", "npuctl-watch")
 
@@ -73,6 +73,27 @@ def _descriptions() -> dict[str, str]:
     }
 
 
+def device_allow(device: dict[str, str]) -> str:
+    """A driver's device node as systemd's DeviceAllow= names it: its path, or, where the
+    node is a pattern (accel/accel*), every character device of its subsystem."""
+    node = device["node"]
+    if any(mark in node for mark in "*?["):
+        return f"char-{device['subsystem']}"
+    return f"/dev/{node}"
+
+
+def serve_unit() -> str:
+    """npuctl-serve.service, allowed the device node of every NPU a driver package serves."""
+    configs = [load_package(name) for name in package_names()]
+    return render_file(
+        SERVE_UNIT,
+        {
+            "device_nodes": [(config.name, config.device["node"]) for config in configs],
+            "device_allow": list(dict.fromkeys(device_allow(c.device) for c in configs)),
+        },
+    )
+
+
 def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
     version = debian_version(config)
     destination = build_dir / f"npuctl-{version}"
@@ -84,7 +105,7 @@ def npuctl_source_tree(config: Config, build_dir: Path) -> Path:
         )
         render_tree(REPO_ROOT / "debian" / "npuctl", tree / "debian", _context(config, version))
         # The unit is a board-side file of provision/, like the drivers' udev rules.
-        shutil.copyfile(SERVE_UNIT, tree / "debian" / SERVE_UNIT.name)
+        (tree / "debian" / SERVE_UNIT.stem).write_text(serve_unit(), encoding="utf-8")
     return destination
 
 

@@ -125,7 +125,13 @@ def with_platform_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Validate, run and benchmark the NPU of an ARM board: "
+    + "; ".join(platform.title for platform in all_platforms())
+    + ".",
+)
 @click.version_option(__version__, prog_name="npuctl")
 @click.option(
     "--platform",
@@ -159,9 +165,6 @@ def cli(
     max_image_pixels: int,
     **options: object,
 ) -> None:
-    """Validate, run and benchmark the NPU of an ARM board: the Zhouyi NPU of the Orange Pi
-    6 Plus (CIX Sky1) and the RK3588 NPU of the Orange Pi 5 Plus (rocket driver, Mesa
-    Teflon)."""
     context.obj = Settings(models_dir, max_image_pixels, platform, options)
 
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .cdi.spec import NpuEdits
     from .doctor.chain import Step
     from .doctor.findings import Report
-    from .doctor.run import Options
+    from .doctor.options import Options
     from .embedder import Embedder
     from .models.manifest import Entry
     from .provision.actions import Action, Request

@@ -212,3 +212,13 @@ class System:
         except OSError as error:
             return CommandResult(126, "", str(error))
         return CommandResult(result.returncode, result.stdout, result.stderr)
+
+
+def board_name(system: System) -> str:
+    """The board's name as its firmware gives it (device tree, else DMI)."""
+    return (
+        system.read("/sys/firmware/devicetree/base/model")
+        or system.read("/sys/class/dmi/id/product_name")
+        or system.read("/sys/class/dmi/id/board_name")
+        or "unknown board"
+    ).strip("\0")

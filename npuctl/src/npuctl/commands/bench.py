@@ -46,8 +46,8 @@ def statistics(seconds: list[float]) -> dict[str, float]:
 def bench(
     settings: Settings, name: str, iterations: int, warmup: int, model: Path | None, as_json: bool
 ) -> None:
-    """Time NAME in stages: on Zhouyi its raw inference and its full pipeline; on rocket the
-    NPU beside the CPU interpreter, and their ratio."""
+    """Time NAME in stages on its family's NPU: the stages its family times (the raw
+    inference and the whole pipeline, or the NPU beside its CPU reference, and their ratio)."""
     entry = settings.manifest.model(name)
     if not (entry.platform or settings.platform):
         raise NpuctlError(

@@ -13,7 +13,8 @@ from .. import __version__
 from ..doctor.bundle import write_bundle
 from ..doctor.dkms_driver import DriverChecks
 from ..doctor.nfd import problem_detector, write_features
-from ..doctor.run import Options, run_doctor
+from ..doctor.options import Options
+from ..doctor.run import run_doctor
 from ..drivers import for_platform
 from ..errors import ExitCode, InputError
 from ..output import emit_json

@@ -39,7 +39,14 @@ def with_provision_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@click.command()
+@click.command(
+    help="Finish the board set-up for its NPU family (idempotent). Each family's actions: "
+    + "; ".join(
+        f"{platform.title}: {', '.join(platform.provision_actions)}" for platform in all_platforms()
+    )
+    + ". What every board of a family needs (udev rules, NPU power, blacklists) comes with "
+    "its driver package."
+)
 @click.option("--dry-run", is_flag=True, help="Print each action, change nothing.")
 @click.option("--undo", is_flag=True, help="Reverse the actions.")
 @click.option(
@@ -66,11 +73,6 @@ def provision(
     root: Path,
     **options: object,
 ) -> None:
-    """Finish the board set-up for its NPU family (idempotent).
-
-    Zhouyi: device group, models, libnoe. Rocket: render group, Mesa Teflon from
-    trixie-backports with an apt pin, the TFLite runtime, the models. What every board of a
-    family needs (udev rules, NPU power, the rknpu blacklist) comes with its driver package."""
     system = System(root)
     platform = _platform(system, settings.platform)
     known = (*platform.provision_actions, *SHARED_ACTIONS)

@@ -326,8 +326,8 @@ class DriverChecks:
                 f"Module: {module} is blacklisted in {first.where} ({first.text})"
                 + (": loaded by hand now, it will not load at the next boot" if loaded else ""),
                 f"Every place that keeps it from loading: {places}. Some distributions "
-                f"blacklist {module} on purpose (Armbian does on its CIX images, after kernel "
-                "panics and lost HDMI on some of its kernels); lift it where this driver "
+                f"blacklist {module} on purpose (Armbian does one such driver on its images, after "
+                "kernel panics and lost HDMI on some of its kernels); lift it where this driver "
                 "package supports the kernel.",
                 fix=(
                     f"remove {first.text} from the kernel command line (the boot loader's "

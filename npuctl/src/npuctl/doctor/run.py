@@ -3,33 +3,12 @@ dependency order: a failed prerequisite skips what depends on it, saying why).""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 from ..families import absent_reasons, all_platforms, chosen
-from ..models.manifest import Manifest
 from ..platform import Platform
-from ..system import System
+from ..system import System, board_name
 from .chain import run_chain
 from .findings import NO_NPU_FIX, Finding, Report, Status
-
-
-@dataclass
-class Options:
-    models_dir: Path
-    manifest: Manifest
-    platform_options: dict[str, object] = field(default_factory=dict)  # npuctl --OPTION ...
-    quick: bool = False
-    timeout_s: float = 120.0  # per child process (a library, one model)
-
-
-def board_name(system: System) -> str:
-    return (
-        system.read("/sys/firmware/devicetree/base/model")
-        or system.read("/sys/class/dmi/id/product_name")
-        or system.read("/sys/class/dmi/id/board_name")
-        or "unknown board"
-    ).strip("\0")
+from .options import Options
 
 
 def run_doctor(system: System, options: Options, forced: str | None = None) -> Report:

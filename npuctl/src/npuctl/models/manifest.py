@@ -14,6 +14,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from ..drivers import all_drivers
 from ..errors import ExitCode, NpuctlError
 
 
@@ -89,11 +90,11 @@ def manifest_paths() -> list[Path]:
     explicit = os.environ.get("NPUCTL_MANIFEST")
     if explicit:
         return [Path(explicit)]
-    from ..families import all_platforms
-
-    return [
-        Path(str(resources.files(platform.package) / "models.yaml")) for platform in all_platforms()
-    ]
+    # Each family's models.yaml, read where its package is: knowing which families there
+    # are needs the drivers' descriptions, not the families themselves.
+    platforms = resources.files("npuctl") / "platforms"
+    names = dict.fromkeys(driver.platform for driver in all_drivers())
+    return [Path(str(platforms / name / "models.yaml")) for name in names]
 
 
 def _tensors(items: list[dict] | None) -> tuple[TensorExpectation, ...]:

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .platform import Rocket
 
-DEFAULT_DELEGATE = "/usr/lib/teflon/libteflon.so"
+from .facts import DEFAULT_DELEGATE
+
+__all__ = ["DEFAULT_DELEGATE", "PLATFORM"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ from npuctl.cdi.spec import NpuEdits
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.system import System
 
-from . import PLATFORM
+from .facts import CDI_KIND, NAME
 
 
 def edits(system: System, options: dict[str, object]) -> NpuEdits:
@@ -33,8 +33,8 @@ def edits(system: System, options: dict[str, object]) -> NpuEdits:
             ExitCode.NPU,
         )
     return NpuEdits(
-        PLATFORM.cdi_kind,
+        CDI_KIND,
         [(str(system.path(node)), node) for node in nodes],
         [(str(system.path(str(delegate))), str(delegate))],
-        {"NPUCTL_PLATFORM": "rocket", "NPUCTL_TEFLON": str(delegate)},
+        {"NPUCTL_PLATFORM": NAME, "NPUCTL_TEFLON": str(delegate)},
     )

@@ -13,15 +13,16 @@ from npuctl.child import run_module
 from npuctl.doctor.chain import Step
 from npuctl.doctor.dkms_driver import DriverChecks, UnboundExplainer, kernel_config
 from npuctl.doctor.findings import NO_NPU_FIX, Finding, Report, Status, skip
-from npuctl.doctor.run import Options, board_name
+from npuctl.doctor.options import Options
 from npuctl.drivers import for_platform
 from npuctl.models.store import Lock, verify
 from npuctl.platform import Board
-from npuctl.system import System
+from npuctl.system import System, board_name
 
-from . import DEFAULT_DELEGATE, PLATFORM, late_load
+from . import late_load
 from .child import LOADED, NO_DEVICE
 from .child import MODULE as PROBE_MODULE
+from .facts import DEFAULT_DELEGATE, locate
 from .golden import TOLERANCE
 
 DRIVER = for_platform("rocket")
@@ -49,7 +50,7 @@ def check_board(system: System, report: Report) -> Board | None:
         ):
             skip(report, finding_id, finding_id.split("-")[0], what, "no RK3588 NPU")
         return None
-    return Board(PLATFORM.locate(system) or "", enabled)
+    return Board(locate(system) or "", enabled)
 
 
 def driver_steps(system: System, report: Report, board: Board) -> list[Step]:
@@ -131,7 +132,7 @@ def model_steps(system: System, options: Options, report: Report) -> list[Step]:
 
 def _platform(system: System, report: Report) -> int:
     """How many NPU cores the device tree enables (0: none, nothing more to check)."""
-    where = PLATFORM.locate(system)
+    where = locate(system)
     board = board_name(system)
     if where is None:
         report.add(

@@ -25,11 +25,11 @@ def requirement() -> str:
     # Here, not at the top: the child probes import this module and need neither.
     from npuctl.drivers import for_platform
 
-    from . import PLATFORM
+    from .facts import NAME
 
     return next(
         needed
-        for needed in for_platform(PLATFORM.name).python_requires
+        for needed in for_platform(NAME).python_requires
         if needed.startswith("ai-edge-litert")
     )
 

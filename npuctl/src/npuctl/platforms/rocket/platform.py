@@ -10,33 +10,26 @@ import click
 
 from npuctl.platform import BenchRun, Board, LazyCommand, Platform
 
-from . import DEFAULT_DELEGATE
+from .facts import CDI_KIND, DEFAULT_DELEGATE, NAME, locate
 
 if TYPE_CHECKING:
     from npuctl.cdi.spec import NpuEdits
     from npuctl.doctor.chain import Step
     from npuctl.doctor.findings import Report
-    from npuctl.doctor.run import Options
+    from npuctl.doctor.options import Options
     from npuctl.provision.actions import Action, Request
     from npuctl.system import System
 
-SOC = "rockchip,rk3588"
 COMMANDS = f"{__package__}.commands"  # the run commands' module
 
 
-def compatibles(system: System, node: str = "") -> list[str]:
-    """A device-tree node's compatible strings (NUL-separated in the file)."""
-    text = system.read(f"/sys/firmware/devicetree/base{node}/compatible") or ""
-    return [item for item in text.split("\0") if item]
-
-
 class Rocket(Platform):
-    name = "rocket"
+    name = NAME
     title = "RK3588 NPU, rocket driver (Orange Pi 5 Plus)"
     absent = "no rockchip,rk3588 SoC in the device tree"
     serves = True
     serve_workers = 3  # the NPU's three cores; Mesa's rocket runs one job stream per core
-    cdi_kind = "rockchip.com/npu"
+    cdi_kind = CDI_KIND
     container_image = "npuctl-rocket"  # with Mesa's Teflon and the TFLite runtime
     device_paths = ("/dev/accel/accel0",)
     provision_actions = ("group", "backports", "teflon-pin", "teflon", "litert", "models")
@@ -52,8 +45,7 @@ class Rocket(Platform):
     )
 
     def locate(self, system: System) -> str | None:
-        found = [c for c in compatibles(system) if c.startswith(SOC)]
-        return f"{found[0]} SoC in the device tree" if found else None
+        return locate(system)
 
     def check_board(self, system: System, report: Report) -> Board | None:
         from . import doctor

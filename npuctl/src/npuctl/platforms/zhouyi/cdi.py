@@ -11,7 +11,7 @@ from npuctl.drivers import for_platform
 from npuctl.errors import ExitCode, NpuctlError
 from npuctl.system import System
 
-from . import PLATFORM
+from .facts import CDI_KIND, NAME
 
 DEVICE_NODE = for_platform("zhouyi").device_example
 
@@ -34,8 +34,8 @@ def edits(system: System, options: dict[str, object]) -> NpuEdits:
         )
     folder = str(library.parent)
     return NpuEdits(
-        PLATFORM.cdi_kind,
+        CDI_KIND,
         [(str(system.path(DEVICE_NODE)), DEVICE_NODE)],
         [(str(system.path(folder)), folder)],
-        {"NPUCTL_PLATFORM": "zhouyi", "NPUCTL_LIBNOE": str(library)},
+        {"NPUCTL_PLATFORM": NAME, "NPUCTL_LIBNOE": str(library)},
     )

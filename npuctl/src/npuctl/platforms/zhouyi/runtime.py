@@ -16,7 +16,7 @@ from npuctl.models.manifest import Entry
 from npuctl.models.proofs import FileIdentity, LoadProofs
 from npuctl.models.store import Lock, check_model_file, verify
 
-from . import DEFAULT_TIMEOUT_MS
+from .facts import DEFAULT_TIMEOUT_MS
 from .noe.binding import Graph, NoeLibrary, Session, TensorInfo, dequantize
 from .noe.isolation import probe_model
 

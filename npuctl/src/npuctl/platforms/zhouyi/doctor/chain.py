@@ -10,12 +10,12 @@ from pathlib import Path
 from npuctl.doctor.chain import Step
 from npuctl.doctor.dkms_driver import DriverChecks
 from npuctl.doctor.findings import Report, skip
-from npuctl.doctor.run import Options
+from npuctl.doctor.options import Options
 from npuctl.drivers import for_platform
 from npuctl.platform import Board
 from npuctl.system import System
 
-from .. import DEFAULT_TIMEOUT_MS, PLATFORM
+from ..facts import DEFAULT_TIMEOUT_MS, locate
 from . import host, npu, pairing
 from .noe_paths import check_noe_paths
 
@@ -34,7 +34,7 @@ def check_board(system: System, report: Report) -> Board | None:
         ):
             skip(report, finding_id, finding_id, what, "no Zhouyi NPU on this machine")
         return None
-    return Board(PLATFORM.locate(system) or "")
+    return Board(locate(system) or "")
 
 
 def driver_steps(system: System, report: Report) -> list[Step]:

@@ -5,10 +5,9 @@ shared ones of npuctl.doctor.dkms_driver."""
 from __future__ import annotations
 
 from npuctl.doctor.findings import NO_NPU_FIX, Finding, Report, Status
-from npuctl.doctor.run import board_name
-from npuctl.system import System
+from npuctl.system import System, board_name
 
-from .. import ACPI_DEVICE
+from ..facts import ACPI_DEVICE
 
 FIRMWARE_INCOMPLETE = "firmware description incomplete"
 

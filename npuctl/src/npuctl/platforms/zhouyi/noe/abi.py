@@ -11,7 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from .. import DEFAULT_LIBRARY  # noqa: F401  (re-exported)
+from ..facts import DEFAULT_LIBRARY  # noqa: F401  (re-exported)
 
 
 class ContextHandle(ctypes.Structure):
