@@ -10,7 +10,15 @@ import sys
 
 from bench.report import MET, MISSED, NOT_RUN
 
-BENCHES = ("host_cost", "serve_cost", "watch_quality", "vision_cost", "hostile", "image_size")
+BENCHES = (
+    "host_cost",
+    "serve_cost",
+    "watch_quality",
+    "vision_cost",
+    "memory_budget",
+    "hostile",
+    "image_size",
+)
 
 
 def combined(statuses: list[int]) -> int:
