@@ -24,12 +24,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from bench.host_cost import build_double
+from bench.doubles import doubles
 from bench.report import print_rows
 from bench.serve_cost import cpu_seconds, rss_kib
 from bench.vision_cost import form
 from testkit.serve_process import Server, start
-from testkit.yolo_outputs import synthetic_output
 
 BENCH = "hostile"
 ATTACK_SECONDS = 4.0
@@ -172,23 +171,7 @@ def health_answers(server: Server) -> bool:
 def main() -> int:
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        device = scratch / "device"
-        device.write_bytes(b"")
-        models = scratch / "models"
-        models.mkdir()
-        canned = scratch / "yolo.bin"
-        canned.write_bytes(synthetic_output([(0, 0.9, 200, 330, 120, 400)]).tobytes())
-        (models / "yolov8n.cix").write_text(
-            f"NOEDOUBLE 1\ninput U8 1228800 255.0 0\noutput F16 1411200 1.0 0 {canned}\n"
-        )
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "NPUCTL_LIBNOE": str(build_double(scratch)),
-            "NPUCTL_MODELS": str(models),
-            "NOE_DOUBLE_DEVICE": str(device),
-            "NOE_DOUBLE_INFER_MS": "15",
-            "NPUCTL_PLATFORM": "zhouyi",
-        }
+        env = doubles(scratch).zhouyi
         server = start(env, "--models", "yolo")
         try:
             results = [endless_header_row(server), *slow_clients_row(server), bombs_row(server)]

@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from bench.host_cost import build_double
+from bench.doubles import doubles
 from bench.report import print_rows
 from bench.vision_cost import form
 from npuctl.serve.memory import bytes_per_pixel
 from testkit.serve_process import Server, start
-from testkit.yolo_outputs import synthetic_output
 
 BENCH = "memory-budget"
 LIMIT = 1 << 30  # the unit's MemoryMax=1G
@@ -140,23 +139,7 @@ def rows(server: Server) -> list[dict]:
 def main() -> int:
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        device = scratch / "device"
-        device.write_bytes(b"")
-        models = scratch / "models"
-        models.mkdir()
-        canned = scratch / "yolo.bin"
-        canned.write_bytes(synthetic_output([(0, 0.9, 200, 330, 120, 400)]).tobytes())
-        (models / "yolov8n.cix").write_text(
-            f"NOEDOUBLE 1\ninput U8 1228800 255.0 0\noutput F16 1411200 1.0 0 {canned}\n"
-        )
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "NPUCTL_LIBNOE": str(build_double(scratch)),
-            "NPUCTL_MODELS": str(models),
-            "NOE_DOUBLE_DEVICE": str(device),
-            "NOE_DOUBLE_INFER_MS": "15",
-            "NPUCTL_PLATFORM": "zhouyi",
-        }
+        env = doubles(scratch).zhouyi
         server = start(env, "--models", "yolo", "--memory-limit", str(LIMIT))
         try:
             results = rows(server)

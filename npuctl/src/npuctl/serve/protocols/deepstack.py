@@ -9,22 +9,21 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from aiohttp import web
 
 from .. import pipeline
 from ..errors import ApiError
-from ..models import CLASSIFICATION, DETECTION
+from ..models import CLASSIFICATION, DETECTION, ServedModel
 from ..protocol import FORM, UPLOAD, URLENCODED, Call, HttpApi, Route, json_response
 from ..service import Service, server_timing
 
 if TYPE_CHECKING:
     from ...vision import Detection
-    from ..models import ServedModel
-    from ..owner import Work
 
 DEFAULT_MIN_CONFIDENCE = 0.4  # DeepStack's and CodeProject.AI's default
 DEFAULT_TOP_K = 5
@@ -72,53 +71,52 @@ def _invalid(message: str) -> ApiError:
 
 
 # -- handlers ------------------------------------------------------------------------------
-async def _asked(call: Call) -> Asked:
-    fields = await call.form()
-    call.authorize(fields.get("api_key"))
-    return parse(fields)
-
-
 async def detection(call: Call) -> web.Response:
-    asked = await _asked(call)
-    service = call.service
-    model = service.of_task(DETECTION)
-    started = time.perf_counter()
-    prepared = await call.blocking(pipeline.picture, service, model, asked.image)
-    outputs, work = await service.infer(model.key, prepared.tensors)
-    finished, cpu = time.perf_counter(), time.thread_time()
-    limit = service.limits.max_detections
-    found = pipeline.detections(
-        service, model, outputs, prepared.context, asked.min_confidence, limit
-    )
-    body = detection_reply(found, prepared.size, limit, finished - started)
-    return _answered(call, model, work, prepared, (started, finished, cpu), body)
+    def reply(model: ServedModel, outputs: list[np.ndarray], asked: Asked, seen: Seen) -> bytes:
+        limit = call.service.limits.max_detections
+        found = pipeline.detections(
+            call.service, model, outputs, seen.prepared.context, asked.min_confidence, limit
+        )
+        return detection_reply(found, seen.prepared.size, limit, seen.npu_finished - seen.started)
+
+    return await _picture(call, DETECTION, reply)
 
 
 async def classification(call: Call) -> web.Response:
-    asked = await _asked(call)
+    def reply(model: ServedModel, outputs: list[np.ndarray], asked: Asked, seen: Seen) -> bytes:
+        classes = pipeline.classes(model, outputs, asked.top_k)
+        return classification_reply(classes, seen.npu_finished - seen.started)
+
+    return await _picture(call, CLASSIFICATION, reply)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A picture's way so far: prepared, and when the request started and the NPU finished."""
+
+    prepared: pipeline.Prepared
+    started: float
+    npu_finished: float
+
+
+Reply = Callable[[ServedModel, list[np.ndarray], Asked, Seen], bytes]
+
+
+async def _picture(call: Call, task: str, reply: Reply) -> web.Response:
+    """The form read, its key checked, the picture through the model of ``task``, the
+    answer ``reply`` makes, with Server-Timing saying where the request's time went."""
+    fields = await call.form()
+    call.authorize(fields.get("api_key"))
+    asked = parse(fields)
     service = call.service
-    model = service.of_task(CLASSIFICATION)
+    model = service.of_task(task)
     started = time.perf_counter()
     prepared = await call.blocking(pipeline.picture, service, model, asked.image)
     outputs, work = await service.infer(model.key, prepared.tensors)
-    finished, cpu = time.perf_counter(), time.thread_time()
-    body = classification_reply(pipeline.classes(model, outputs, asked.top_k), finished - started)
-    return _answered(call, model, work, prepared, (started, finished, cpu), body)
-
-
-def _answered(
-    call: Call,
-    model: ServedModel,
-    work: Work,
-    prepared: pipeline.Prepared,
-    clocks: tuple[float, float, float],
-    body: bytes,
-) -> web.Response:
-    """The answer, with Server-Timing saying where its time went: ``clocks`` are when the
-    request started and its NPU call finished, and the CPU clock then."""
-    started, finished, cpu_finished = clocks
+    finished, cpu_finished = time.perf_counter(), time.thread_time()
+    body = reply(model, outputs, asked, Seen(prepared, started, finished))
     answered = time.perf_counter()
-    call.service.answered(model, work, answered - finished)
+    service.answered(model, work, answered - finished)
     return json_response(
         body,
         headers=server_timing(
