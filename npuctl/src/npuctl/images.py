@@ -99,6 +99,25 @@ def _malloc_trim() -> object | None:
         return None
 
 
+# glibc's mallopt: allocations from this size on are mapped on their own, and unmapped when
+# freed. Fixed, it stops glibc from raising the size after a large block is freed, which
+# would leave the next large bodies and pictures in the heap once freed.
+_M_MMAP_THRESHOLD = -3
+LARGE_ALLOCATION = 1 << 20
+
+
+def map_large_allocations() -> None:
+    """From now on, a freed allocation of a megabyte or more goes back to the system at once
+    (a server's request bodies and pictures): its resident memory returns to its warm size."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt if name else None
+    except (OSError, AttributeError):  # not glibc
+        return
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, LARGE_ALLOCATION)
+
+
 def give_back_memory() -> None:
     """Hand the free heap back to the system: a decoded picture of tens of megabytes leaves
     glibc's arenas that large after it is freed, and a server would stay that large."""

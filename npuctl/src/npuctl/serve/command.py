@@ -21,6 +21,7 @@ from aiohttp import web
 from ..defaults import DEFAULT_SERVE_PORT, default_serve_socket
 from ..errors import ExitCode, NpuctlError
 from ..families import able, all_platforms
+from ..images import map_large_allocations
 from ..platform import Platform
 from ..settings import Settings, pass_settings
 from . import affinity, auth, families, limits, memory, systemd
@@ -163,6 +164,7 @@ def serve(settings: Settings, **options: Any) -> None:
             host,
         )
     bounds = limits.from_options(options)
+    map_large_allocations()  # freed bodies and pictures go back: the memory budget holds
     placement = affinity.pin(options["cpu"])  # before any thread starts: they inherit it
     metrics = Metrics()
     owner = NpuOwner(serving.runtimes, serving.models, bounds.queue_size, metrics)
