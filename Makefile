@@ -114,7 +114,7 @@ $(OLDEST_STAMP): npuctl/constraints-oldest.txt npuctl/pyproject.toml tools/pypro
 	rm -rf $(OLDEST_VENV)
 	$(OLDEST_PYTHON) -m venv --system-site-packages $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --disable-pip-version-check \
-		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate -e ./tools -e './npuctl[families,onnx,serve,watch]'
+		-c npuctl/constraints-oldest.txt pytest tflite openai qdrant-client kubernetes-validate pyzmq -e ./tools -e './npuctl[families,onnx,serve,watch]'
 	touch $@
 test-oldest: $(OLDEST_STAMP)
 	NPUCTL_OLDEST_DEPS=npuctl/constraints-oldest.txt $(OLDEST_VENV)/bin/python -m pytest \

@@ -15,6 +15,7 @@ packages=(
 	python3-regex python3-yaml python3-psutil python3-jinja2 python3-aiohttp python3-uvloop
 	python3-jsonschema                         # the descriptions' and manifests' schemas
 	python3-httptools                          # builds npuctl 0.1.0, where the upgrade test starts
+	python3-zmq                                # Frigate's ZeroMQ client, at Debian 12's version (make test-oldest)
 	python3 python3-venv                       # the build tools and npuctl
 	debootstrap zstd                           # Debian chroots with real kernel headers
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim

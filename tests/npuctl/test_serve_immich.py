@@ -27,6 +27,7 @@ from .conftest import Board
 from .immich_client import MODEL, immich_client
 from .test_serve_vision import KEY, curl_form
 
+
 def encoded(image: Image.Image, fmt: str = "JPEG", **options) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, fmt, **options)

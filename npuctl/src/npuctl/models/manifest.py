@@ -25,6 +25,18 @@ class TensorExpectation:
 
 
 @dataclass(frozen=True)
+class FrigateFacts:
+    """How Frigate's zmq detector uses a model: what its frames' headers say, how its
+    model block is set, and the other names its model.path may end in."""
+
+    model_type: str  # Frigate's ModelTypeEnum name (ssd, yologeneric, ...)
+    input_tensor: str  # nhwc | nchw
+    input_pixel_format: str  # rgb | bgr
+    labelmap: str  # the labelmap Frigate's container ships for the model's class ids
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Entry:
     """A model or an asset (a file a model needs)."""
 
@@ -41,6 +53,7 @@ class Entry:
     outputs: tuple[TensorExpectation, ...] = field(default_factory=tuple)
     platform: str | None = None  # the NPU family that runs it
     immich: str | None = None  # the name Immich's machine learning asks for it by
+    frigate: FrigateFacts | None = None  # how Frigate's zmq detector uses it
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,18 @@ def manifest_paths() -> list[Path]:
     return [Path(str(platforms / name / "models.yaml")) for name in names]
 
 
+def _frigate(item: dict | None) -> FrigateFacts | None:
+    if item is None:
+        return None
+    return FrigateFacts(
+        item["model_type"],
+        item["input_tensor"],
+        item["input_pixel_format"],
+        item["labelmap"],
+        tuple(item.get("names") or ()),
+    )
+
+
 def _tensors(items: list[dict] | None) -> tuple[TensorExpectation, ...]:
     return tuple(TensorExpectation(item["elements"], item.get("dtype")) for item in items or [])
 
@@ -133,6 +158,7 @@ def _load(path: Path) -> dict[str, Entry]:
                 outputs=_tensors(item.get("outputs")),
                 platform=item.get("platform", data.get("platform")),
                 immich=item.get("immich"),
+                frigate=_frigate(item.get("frigate")),
             )
     return entries
 

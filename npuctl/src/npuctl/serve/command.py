@@ -13,13 +13,13 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from aiohttp import web
 
 from ..defaults import DEFAULT_SERVE_PORT, default_serve_socket
-from ..errors import ExitCode, NpuctlError
+from ..errors import ExitCode, ModelError, NpuctlError
 from ..families import able, all_platforms
 from ..images import map_large_allocations
 from ..platform import Platform
@@ -28,8 +28,14 @@ from . import affinity, auth, families, limits, memory, systemd
 from .http import HttpServer
 from .metrics import Metrics
 from .owner import NpuOwner
-from .protocols import HTTP
+from .protocol import Running
+from .protocol import Startup as ListenerStartup
+from .protocols import HTTP, LISTENERS
 from .service import PUBLIC_DEFAULT, Service
+
+if TYPE_CHECKING:
+    from ..models.manifest import FrigateFacts
+    from .models import ServedModel
 
 log = logging.getLogger("npuctl.serve")
 
@@ -58,8 +64,10 @@ def _public(value: str) -> frozenset[str]:
 
 
 def _with_limits(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Every limit's option (limits.py declares them once)."""
-    for option in reversed(limits.options()):
+    """Every limit's option (limits.py declares them once), and the options of every
+    protocol that is not HTTP (each declares its own)."""
+    options = [*limits.options(), *(option for item in LISTENERS for option in item.options)]
+    for option in reversed(options):
         command = option(command)
     return command
 
@@ -148,7 +156,8 @@ def serve(settings: Settings, **options: Any) -> None:
     api_key_file: Path | None = options["api_key_file"]
     key = auth.load_key(api_key_file)
     platform = serving_platform(settings.platform)
-    serving = families.adapter(platform).open_serving(settings, wanted, options["workers"])
+    adapter = families.adapter(platform)
+    serving = adapter.open_serving(settings, wanted, options["workers"])
     no_tcp, host = options["no_tcp"], options["host"]
     socket_path = (
         None if options["no_unix_socket"] else (options["unix_socket"] or default_serve_socket())
@@ -169,10 +178,29 @@ def serve(settings: Settings, **options: Any) -> None:
     metrics = Metrics()
     owner = NpuOwner(serving.runtimes, serving.models, bounds.queue_size, metrics)
     service = Service(
-        serving, owner, metrics, bounds, options["truncate"], platform.name, key, opened
+        serving,
+        owner,
+        metrics,
+        bounds,
+        options["truncate"],
+        platform.name,
+        key,
+        opened,
+        settings.manifest,
+        socket_path.parent if socket_path else None,
     )
     address = None if no_tcp else (host, options["port"])
-    startup = Startup(service, settings.max_image_pixels, address, socket_path, api_key_file)
+
+    def upload(name: str, path: Path) -> tuple[ServedModel, FrigateFacts]:
+        try:
+            return adapter.upload(settings, serving, name, path)
+        except NotImplementedError:
+            raise ModelError(f"the {platform.title} takes no uploaded model") from None
+
+    listening = ListenerStartup(service, options, upload)
+    startup = Startup(
+        service, settings.max_image_pixels, address, socket_path, api_key_file, listening
+    )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(startup.run(placement))
 
@@ -197,7 +225,9 @@ class Startup:
         address: tuple[str, int] | None,
         socket_path: Path | None,
         api_key_file: Path | None,
+        listening: ListenerStartup,
     ) -> None:
+        self.listening = listening
         self.service = service
         self.max_pixels = max_pixels
         self.address = address
@@ -224,6 +254,15 @@ class Startup:
         await runner.setup()
         servers = await http.listen(runner, self.address, self.socket_path)
         where = " and ".join(_where(server, self.socket_path) for server in servers)
+        others: list[Running] = []
+        try:
+            for listener in LISTENERS:
+                if (running := await listener.start(self.listening)) is not None:
+                    others.append(running)
+                    log.info("%s: listening on %s", listener.name, running.where())
+        except BaseException:
+            await runner.cleanup()
+            raise
         log.info("listening: %s (loading the models)", where)
         stop = asyncio.Event()
         for number in (signal.SIGTERM, signal.SIGINT):
@@ -237,9 +276,11 @@ class Startup:
             log.info("ready: %s (%s)", where, placement)
             log.info("%s", _without_key(service))
             await stop.wait()
-            await self._drain(servers)
+            await self._drain(servers, others)
         finally:
             watchdog_stop.set()
+            for running in others:
+                await running.close()
             for listening in servers:
                 listening.close()
             await runner.cleanup()
@@ -272,13 +313,15 @@ class Startup:
             ", ".join(f"{name} ({model.task})" for name, model in service.serving.models.items()),
         )
 
-    async def _drain(self, servers: list[asyncio.AbstractServer]) -> None:
+    async def _drain(self, servers: list[asyncio.AbstractServer], others: list[Running]) -> None:
         service = self.service
         log.info("stopping: finishing the requests in flight")
         systemd.notify("STOPPING=1")
         service.draining.set()
         for server in servers:
             server.close()  # no new connections; open ones are answered 503 from now on
+        for running in others:
+            await running.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, service.wait_idle, service.limits.deadline + 5)
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from .limits import Limits
 from .metrics import Metrics
@@ -47,6 +50,16 @@ class Refusal:
     retry_after: int | None = None
 
 
+class Connection(Protocol):
+    """What a budget counts of a connection (an HTTP one's guard, a ZeroMQ peer)."""
+
+    client: str  # its address
+    in_request: bool  # being served: never evicted
+    since: float  # when it last became unserved
+
+    def evict(self) -> None: ...
+
+
 @dataclass
 class Budget:
     """The connections of one listener: at most ``limit`` in all and ``per_client`` from one
@@ -54,9 +67,9 @@ class Budget:
 
     limit: int
     per_client: int
-    open: list[Guard] = field(default_factory=list)
+    open: list[Connection] = field(default_factory=list)
 
-    def admit(self, newcomer: Guard) -> bool:
+    def admit(self, newcomer: Connection) -> bool:
         """Whether ``newcomer`` may stay; makes room by closing an unserved connection."""
         same = [g for g in self.open if g.client == newcomer.client]
         for crowd, limit in ((same, self.per_client), (self.open, self.limit)):
@@ -68,9 +81,9 @@ class Budget:
         self.open.append(newcomer)
         return True
 
-    def leave(self, guard: Guard) -> None:
-        if guard in self.open:
-            self.open.remove(guard)
+    def leave(self, connection: Connection) -> None:
+        if connection in self.open:
+            self.open.remove(connection)
 
 
 class Guard(asyncio.Protocol):
@@ -274,3 +287,19 @@ class Guard(asyncio.Protocol):
         self._deaf = True
         if self.transport is not None:
             self.transport.close()
+
+
+def remove_stale_socket(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(f"{path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # left behind by a server that is gone
+            return
+    raise OSError(f"another server is listening on {path}")

@@ -12,8 +12,6 @@ import asyncio
 import functools
 import logging
 import re
-import socket
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +22,7 @@ from aiohttp import web
 
 from ..errors import ExitCode, NpuctlError
 from . import affinity
-from .connections import Budget, Guard
+from .connections import Budget, Guard, remove_stale_socket
 from .errors import ApiError
 from .memory import MemoryBusy
 from .protocol import Call, HttpApi, Route
@@ -324,22 +322,6 @@ class HttpServer:
                 ExitCode.SERVICE,
             ) from None
         return servers
-
-
-def remove_stale_socket(path: Path) -> None:
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise OSError(f"{path} exists and is not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # left behind by a server that is gone
-            return
-    raise OSError(f"another server is listening on {path}")
 
 
 def _from_http(error: web.HTTPException) -> ApiError:

@@ -49,6 +49,10 @@ class Limits:
         "Bytes in the body of an image or tensor request (vision, Immich, KServe v2).",
     )  # fmt: skip
     max_form_parts: int = _limit(32, "parts", 1, 1_000, "Fields in one form.")
+    max_model_upload: int = _limit(
+        64 * MiB, "bytes", 1024, 1 << 32,
+        "Bytes of a model file Frigate uploads (taken only with --zmq-uploads).",
+    )  # fmt: skip
     max_connections: int = _limit(
         256, "connections", 1, 10_000,
         "TCP connections open at once (the unix socket has as many of its own); at the limit "

@@ -106,6 +106,13 @@ class Detector(ServedModel, Protocol):
         """The input tensors, and what detections() needs to map boxes back."""
         ...
 
+    def frame(self, pixels: np.ndarray) -> tuple[list[np.ndarray], object]:
+        """A frame already at the model's input size: uint8 pixels in the shape of
+        ``inputs[0]`` (in the channel order the model takes), as its input tensors, and what
+        detections() needs to give boxes in the frame's own pixels. No copy where the model
+        takes the pixels as they are."""
+        ...
+
     def detections(
         self, outputs: list[np.ndarray], context: object, min_confidence: float, limit: int
     ) -> list[Detection]:

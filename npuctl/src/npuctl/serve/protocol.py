@@ -13,7 +13,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -23,6 +24,8 @@ from .errors import ApiError
 from .memory import JSON_EXPANSION
 
 if TYPE_CHECKING:
+    from ..models.manifest import FrigateFacts
+    from .models import ServedModel
     from .service import Service
 
 # What bounds a body: the text limit (--max-body) or the upload limit (--max-upload).
@@ -108,6 +111,41 @@ class HttpApi:
             ),
             default=0,
         )
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class Running(Protocol):
+    """A protocol's listeners, while the server runs."""
+
+    def where(self) -> str:
+        """Where it listens, for the log."""
+        ...
+
+    async def close(self) -> None:
+        """No new peers; the ones in flight end."""
+        ...
+
+
+@dataclass(frozen=True)
+class Startup:
+    """What a listening protocol is given at start: the service, the command's options (its
+    own among them), and the family's way to take an uploaded model (None when it has none)."""
+
+    service: Service
+    options: Mapping[str, Any]
+    upload: Callable[[str, Path], tuple[ServedModel, FrigateFacts]] | None
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A protocol that is not HTTP: its own options, and what starts its listeners (nothing
+    when its options do not ask for it)."""
+
+    name: str
+    options: tuple[Decorator, ...]
+    start: Callable[[Startup], Awaitable[Running | None]]
 
 
 @dataclass

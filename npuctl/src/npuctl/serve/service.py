@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
@@ -29,6 +31,9 @@ from .memory import Budget, ByteBudget
 from .metrics import Metrics
 from .models import ServedModel, Serving
 from .owner import GOLDEN_MIN_COSINE, NpuOwner, QueueFull, Work, golden_view, similarity
+
+if TYPE_CHECKING:
+    from ..models.manifest import FrigateFacts, Manifest
 
 log = logging.getLogger("npuctl.serve")
 
@@ -84,8 +89,12 @@ class Service:
         platform: str = "npuctl",
         key: bytes | None = None,
         public: frozenset[str] = PUBLIC_DEFAULT,
+        manifest: Manifest | None = None,
+        runtime_folder: Path | None = None,
     ) -> None:
         self.serving = serving
+        self.manifest = manifest  # the served models' entries (how Frigate uses them)
+        self.runtime_folder = runtime_folder  # where the server tells the doctor things
         self.embedder = serving.embedder
         self.owner = owner
         self.metrics = metrics
@@ -204,7 +213,7 @@ class Service:
             return ok, reason
 
     async def _golden_agrees(self) -> tuple[bool, str]:
-        for name, model in self.serving.models.items():
+        for name, model in list(self.serving.models.items()):
             try:
                 outputs, _ = await self.infer(model.key, model.golden()[0])
             except ApiError as error:
@@ -303,6 +312,19 @@ class Service:
         self.stats.record(model.name, work, after)
 
     # -- models ---------------------------------------------------------------------------
+    def facts(self, name: str) -> FrigateFacts | None:
+        """How Frigate's zmq detector uses a served model, as its manifest entry says."""
+        entry = self.manifest.entries.get(name) if self.manifest else None
+        return entry.frigate if entry else None
+
+    def adopt(self, model: ServedModel, golden: list[np.ndarray]) -> None:
+        """A model added while serving (an upload), with its first answer to its golden
+        input: served from now on, and checked by /ready like the others."""
+        self.owner.golden[model.name] = golden_view(model, golden)
+        self.owner.models[model.name] = model
+        self.stats.models.setdefault(model.name, ModelStatistics())
+        self.serving.models[model.name] = model
+
     def model(self, name: str) -> ServedModel:
         model = self.serving.models.get(name)
         if model is None:

@@ -13,7 +13,7 @@ from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import NpuctlError
 
 from .noe.abi import TIMEOUT_STATUS
-from .noe.binding import Job
+from .noe.binding import Job, Session
 from .runtime import Model, ModelFile, Npu
 
 
@@ -29,9 +29,10 @@ class NoeRuntime:
         self._jobs: dict[str, Job] = {}
         self._job_stacks: dict[str, ExitStack] = {}
         self._stack = ExitStack()
+        self._session: Session | None = None
 
     def start(self) -> JobReuse:
-        session = self._stack.enter_context(self.npu.session())
+        session = self._session = self._stack.enter_context(self.npu.session())
         for key, file in self.files.items():
             self.models[key] = self._stack.enter_context(self.npu.model(session, file))
         for key, model in self.models.items():
@@ -64,19 +65,30 @@ class NoeRuntime:
         job.infer(model.timeout_ms)
         return [job.output(index) for index in range(len(model.graph.outputs))]
 
+    def add(self, key: str, file: ModelFile) -> None:
+        """A model proven after the start: loaded at its first inference, on the owner."""
+        self.files[key] = file
+
     def infer(self, key: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
-        model = self.models[key]
         try:
+            model = self.models.get(key) or self._load(key)
             job = self._jobs.get(key)
             if job is None:
                 return model.run(tensors).raw
             return self._through(job, model, tensors)
         except NpuctlError as error:
-            self._drop_job(key)  # a job that failed is not trusted again
+            if key in self.models:
+                self._drop_job(key)  # a job that failed is not trusted again
             status = getattr(error, "status", None)
             raise NpuFailure(
                 str(error), "npu_timeout" if status == TIMEOUT_STATUS else "npu_error"
             ) from None
+
+    def _load(self, key: str) -> Model:
+        assert self._session is not None, "the runtime has not started"
+        loaded = self._stack.enter_context(self.npu.model(self._session, self.files[key]))
+        self.models[key] = loaded
+        return loaded
 
     def _drop_job(self, key: str) -> None:
         stack = self._job_stacks.pop(key, None)

@@ -143,13 +143,21 @@ class Npu:
             )
             yield Model(graph, model.path, self.timeout_ms)
 
+    def prove(self, model: ModelFile) -> dict[str, list[dict[str, object]]]:
+        """Load the file in a child with this very library, record the proof, and say its
+        tensors as the library describes them."""
+        library = _identity(self.library_path)
+        described = probe_model(self.library_path, model.path)
+        check_expectations(model.entry, model.path, described)
+        self.proofs.record(library, model.identity)
+        return described
+
     def prove_loads(self, model: ModelFile) -> None:
         """A file goes to libnoe in-process only after this very file loaded once in a child
         with this very library; a checksum says nothing about whether it loads."""
         library = _identity(self.library_path)
         if not self.proofs.proven(library, model.identity):
-            check_expectations(model.entry, model.path, probe_model(self.library_path, model.path))
-            self.proofs.record(library, model.identity)
+            self.prove(model)
         if not (model.identity.unchanged() and library.unchanged()):
             raise ModelError(
                 f"{model.path} or {self.library_path} changed while npuctl was using it: "

@@ -13,10 +13,12 @@ from PIL import Image
 
 from npuctl.embedder import JobReuse, NpuFailure
 from npuctl.errors import ModelError
+from npuctl.models.manifest import FrigateFacts
 from npuctl.platforms.rocket import detect
 from npuctl.platforms.rocket.classify import image_tensor, read_labels, top
 from npuctl.platforms.rocket.litert import interpreter, load_module
 from npuctl.platforms.rocket.runtime import (
+    TFLITE_IDENTIFIER,
     TensorSpec,
     delegate_of,
     image_input,
@@ -26,7 +28,7 @@ from npuctl.platforms.rocket.runtime import (
 )
 from npuctl.vision import golden_picture
 
-from ..models import CLASSIFICATION, DETECTION, Serving, TensorMeta, chosen_models
+from ..models import CLASSIFICATION, DETECTION, ServedModel, Serving, TensorMeta, chosen_models
 from . import OpenServing
 
 if TYPE_CHECKING:
@@ -64,8 +66,15 @@ class LiteRuntime:
             self._interpreters[key] = interpreter(path, self.delegate)
         return JobReuse({key: True for key in self.files})
 
+    def add(self, key: str, path: Path, specs: tuple[list[TensorSpec], list[TensorSpec]]) -> None:
+        """A model proven after the start: loaded at its first inference, on this owner."""
+        self.specs[key] = specs
+        self.files[key] = path
+
     def infer(self, key: str, tensors: list[np.ndarray]) -> list[np.ndarray]:
-        loaded = self._interpreters[key]
+        loaded = self._interpreters.get(key)
+        if loaded is None:
+            loaded = self._interpreters[key] = interpreter(self.files[key], self.delegate)
         inputs, outputs = self.specs[key]
         try:
             for spec, tensor in zip(inputs, tensors, strict=True):
@@ -131,6 +140,13 @@ class SsdDetector(_Served):
         outputs as they were."""
         return detect.found(outputs, self.order)
 
+    def frame(self, pixels: np.ndarray) -> tuple[list[np.ndarray], object]:
+        spec = self.input
+        size = (spec.shape[2], spec.shape[1])  # width, height: the boxes in the frame's pixels
+        if spec.dtype == np.int8:
+            return [(pixels.astype(np.int16) - 128).astype(np.int8)], size
+        return [pixels], size
+
     def detections(
         self, outputs: list[np.ndarray], context: object, min_confidence: float, limit: int
     ) -> list[Detection]:
@@ -180,4 +196,20 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
     return Serving(models, runtimes)  # type: ignore[arg-type]
 
 
-ADAPTER = OpenServing(open_serving)
+def upload(
+    settings: Settings, serving: Serving, name: str, path: Path
+) -> tuple[ServedModel, FrigateFacts]:
+    """An SSD detector with TFLite's post-processing, proven with Teflon in a child."""
+    if path.read_bytes()[4:8] != TFLITE_IDENTIFIER:
+        raise ModelError(f"{name} is not a TensorFlow Lite model (.tflite)")
+    delegate = delegate_of(settings)
+    inputs, outputs = proven_tensors_of([path], delegate)[path]
+    image_input(path, inputs)
+    model = SsdDetector(name, inputs, outputs, path)  # ModelError: not an SSD detector
+    for runtime in serving.runtimes:
+        assert isinstance(runtime, LiteRuntime)
+        runtime.add(name, path, (inputs, outputs))
+    return model, FrigateFacts("ssd", "nhwc", "rgb", "/labelmap.txt")
+
+
+ADAPTER = OpenServing(open_serving, upload)

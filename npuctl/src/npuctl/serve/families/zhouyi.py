@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PIL import Image
 
-from npuctl.errors import ExitCode, NpuctlError
+from npuctl.errors import ExitCode, ModelError, NpuctlError
+from npuctl.models.manifest import FrigateFacts
+from npuctl.platforms.zhouyi.noe.abi import DataType
 from npuctl.platforms.zhouyi.noe.binding import TensorInfo, dequantize, quantize
 from npuctl.platforms.zhouyi.noe_runtime import NoeRuntime
 from npuctl.platforms.zhouyi.pipelines import yolo
@@ -18,10 +20,12 @@ from npuctl.platforms.zhouyi.preparation import clip_input
 from npuctl.platforms.zhouyi.runtime import npu
 from npuctl.vision import golden_picture
 
-from ..models import DETECTION, EMBEDDING, Serving, TensorMeta, chosen_models
+from ..models import DETECTION, EMBEDDING, ServedModel, Serving, TensorMeta, chosen_models
 from . import OpenServing
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from npuctl.platforms.zhouyi.embedder import ClipEmbedder
     from npuctl.settings import Settings
     from npuctl.vision import Detection
@@ -96,6 +100,14 @@ class YoloDetector(_Served):
             return [pixels], box  # q = round(p / 255 * 255): the pixels themselves
         return [quantize(pixels.astype(np.float32) * np.float32(1 / 255), info)], box
 
+    def frame(self, pixels: np.ndarray) -> tuple[list[np.ndarray], object]:
+        size = yolo.SIZE
+        whole = yolo.Letterbox(1.0, 0.0, 0.0, size, size)  # nothing to map back
+        info = self.input_infos[0]
+        if info.dtype == np.uint8 and info.scale == 255.0 and info.zero_point == 0:
+            return [pixels], whole
+        return [quantize(pixels.astype(np.float32) * np.float32(1 / 255), info)], whole
+
     def detections(
         self, outputs: list[np.ndarray], context: object, min_confidence: float, limit: int
     ) -> list[Detection]:
@@ -164,4 +176,37 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
     return Serving(models, [runtime], embedder)  # type: ignore[arg-type]
 
 
-ADAPTER = OpenServing(open_serving)
+def _info(index: int, described: dict[str, object]) -> TensorInfo:
+    """A tensor as the child probe described it, as libnoe's descriptor."""
+    return TensorInfo(
+        index,
+        index,
+        int(str(described["size"])),
+        float(str(described["scale"])),
+        int(str(described["zero_point"])),
+        int(DataType[str(described["dtype"])]),
+    )
+
+
+def upload(
+    settings: Settings, serving: Serving, name: str, path: Path
+) -> tuple[ServedModel, FrigateFacts]:
+    """A YOLOv8-shaped detector (.cix: 3x640x640 in, 84x8400 out), proven in a child."""
+    runtime = _runtime(serving.runtimes[0])
+    file = runtime.npu.resolve(None, path)
+    described = runtime.npu.prove(file)  # ModelError when it crashes libnoe in the child
+    model = YoloDetector(name)
+    model.input_infos = [_info(i, d) for i, d in enumerate(described["inputs"])]
+    model.output_infos = [_info(i, d) for i, d in enumerate(described["outputs"])]
+    wanted = [int(np.prod(shape)) for _, shape in (*model.input_shapes, *model.output_shapes)]
+    counts = [info.count for info in (*model.input_infos, *model.output_infos)]
+    if counts != wanted:
+        raise ModelError(
+            f"{name} is not a detector this server runs: the Zhouyi serves YOLOv8-shaped "
+            f"models (input 3x{yolo.SIZE}x{yolo.SIZE}, output 84x8400)"
+        )
+    runtime.add(name, file)
+    return model, FrigateFacts("yologeneric", "nchw", "bgr", "/labelmap/coco-80.txt")
+
+
+ADAPTER = OpenServing(open_serving, upload)

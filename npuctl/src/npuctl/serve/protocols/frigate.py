@@ -1,0 +1,579 @@
+"""Frigate's remote detector (its `zmq` detector, frigate/detectors/plugins/zmq_ipc.py in
+blakeblackshear/frigate), over ZeroMQ (.zmtp): Frigate's REQ socket asks whether the model
+it names is here (`model_request`), may upload it (`model_data`), then sends each frame as
+[header, tensor]: the header's shape, dtype and model type, the tensor the raw C-order
+bytes of the frame Frigate already resized to the model's input. The answer is one frame of
+480 bytes: 20 rows of [class_id, score, y_min, x_min, y_max, x_max] float32, box corners
+relative to the frame, best first, unused rows zero. Anything else Frigate reads as no
+detections and logs, so every refusal is an answer too: a JSON frame saying why (one log
+line per kind and peer here).
+
+The frames go through the same queue, NPU owners, metrics, readiness and drain as every
+HTTP request, and the same detector pipeline as DeepStack's route (.pipeline)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from ...errors import NpuctlError
+from ...files import write_atomically, write_text_atomically
+from ...models.manifest import FrigateFacts
+from .. import pipeline, zmtp
+from ..connections import Budget
+from ..errors import ApiError
+from ..models import DETECTION, ServedModel
+from ..protocol import Listener, Running, Startup
+from ..service import Service
+
+log = logging.getLogger("npuctl.serve")
+
+DEFAULT_PORT = 5555  # Frigate's documentation's, and Apple Silicon detector's
+ROWS, COLUMNS = 20, 6  # Frigate's detection array
+ANSWER_BYTES = ROWS * COLUMNS * 4
+MIN_SCORE = 0.4  # Frigate's own post-processing's threshold, and DeepStack's default
+HEADER_MAX = 64 * 1024  # bytes of a request's JSON frame
+MAX_FRAMES = 4  # REQ's empty delimiter, a header, a tensor or a model file, and no more
+# Frigate waits 30 s for the answer to its model request: a server still loading answers
+# within it (a model Frigate is told is not loaded, it never asks for again).
+HANDSHAKE_WAIT = 25.0
+# Frigate sends its ModelTypeEnum's name; its value is accepted too.
+MODEL_TYPE_VALUES = {"yologeneric": "yolo-generic"}
+UPLOADS_RECORD = "frigate-uploads.json"  # in the server's runtime folder, for the doctor
+SUFFIX_OPTION = "upload_suffix"
+
+
+# -- the options ---------------------------------------------------------------------------
+def _endpoints(context: click.Context, parameter: click.Parameter, value: Any) -> list[str]:
+    endpoints = [item for text in value or () for item in str(text).split()]
+    for endpoint in endpoints:
+        try:
+            zmtp.Endpoint.parse(endpoint)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+    return endpoints
+
+
+def _networks(
+    context: click.Context, parameter: click.Parameter, value: str | None
+) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    if not value:
+        return []
+    try:
+        return [ipaddress.ip_network(part.strip(), strict=False) for part in value.split(",")]
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+OPTIONS = (
+    click.option(
+        "--zmq",
+        "zmq_endpoints",
+        multiple=True,
+        metavar="ENDPOINT",
+        envvar="NPUCTL_SERVE_ZMQ",
+        show_envvar=True,
+        callback=_endpoints,
+        help="Be Frigate's remote detector (its type: zmq) at this ZeroMQ endpoint: "
+        f"tcp://*:{DEFAULT_PORT} for Frigate on another host, ipc:///PATH for Frigate on "
+        "this one (a container sharing the socket's folder); repeatable [default: none].",
+    ),
+    click.option(
+        "--zmq-allow",
+        "zmq_allow",
+        metavar="CIDR,...",
+        envvar="NPUCTL_SERVE_ZMQ_ALLOW",
+        show_envvar=True,
+        callback=_networks,
+        help="The client addresses the tcp:// endpoints take (Frigate's client sends no "
+        "credentials) [default: every address that reaches the port].",
+    ),
+    click.option(
+        "--zmq-uploads",
+        "zmq_uploads",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=None,
+        envvar="NPUCTL_SERVE_ZMQ_UPLOADS",
+        show_envvar=True,
+        help="Take the model files Frigate uploads into this folder (each proven in a child "
+        "process first, at most --max-model-upload bytes) [default: uploads are refused].",
+    ),
+)
+
+
+# -- the answers ---------------------------------------------------------------------------
+def _json(document: Mapping[str, object]) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def detection_rows(found: list[Any], width: int, height: int) -> bytes:
+    """Frigate's 20 x 6 float32 array: best first, corners relative to the frame and within
+    it, a box with no area left out, unused rows zero."""
+    rows = np.zeros((ROWS, COLUMNS), dtype=np.float32)
+    count = 0
+    for detection in sorted(found, key=lambda d: -d.score):
+        x1, y1, x2, y2 = (
+            min(max(value / scale, 0.0), 1.0)
+            for value, scale in zip(detection.box, (width, height, width, height), strict=True)
+        )
+        if x1 >= x2 or y1 >= y2 or not math.isfinite(detection.score):
+            continue
+        rows[count] = (detection.class_id, detection.score, y1, x1, y2, x2)
+        count += 1
+        if count == ROWS:
+            break
+    return rows.tobytes()
+
+
+@dataclass
+class Complaints:
+    """One log line per kind of complaint and peer address (a peer that sends a thousand
+    bad frames logs one line; the metrics count them all)."""
+
+    said: set[tuple[str, str]] = field(default_factory=set)
+
+    def say(self, client: str, kind: str, message: str) -> None:
+        if (client, kind) not in self.said and len(self.said) < 10_000:
+            self.said.add((client, kind))
+            log.warning("frigate: %s from %s: %s", kind.replace("_", " "), client, message)
+
+
+# -- a detector as Frigate sees it -----------------------------------------------------------
+@dataclass(frozen=True)
+class Served:
+    """A detector Frigate may name, and how its frames look."""
+
+    model: ServedModel
+    facts: FrigateFacts
+
+    def answers_to(self, name: str) -> bool:
+        """Whether Frigate's model name (its model.path's file name) means this model: the
+        manifest's name, the model file's name or another name the manifest gives, with or
+        without an extension."""
+        wanted = {self.model.name, *self.facts.names}
+        return _stem(name) in {_stem(candidate) for candidate in wanted}
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        """The model's input shape (batch, then its own channel order)."""
+        return tuple(self.model.inputs[0].shape)
+
+    def frame_shapes(self) -> dict[tuple[int, ...], bool]:
+        """The frame shapes taken, each with whether it needs a transpose to the model's."""
+        batch, first, second, third = self.layout
+        if self.facts.input_tensor == "nchw":
+            return {(batch, first, second, third): False, (batch, second, third, first): True}
+        return {(batch, first, second, third): False, (batch, third, first, second): True}
+
+
+def _stem(name: str) -> str:
+    base = Path(name.strip()).name.lower()
+    stem, dot, _ = base.rpartition(".")
+    return stem if dot and stem else base
+
+
+@dataclass
+class PeerState:
+    """What a connection's handshake chose."""
+
+    served: Served | None = None
+
+
+@dataclass
+class Expectation:
+    """What the message being read may hold, decided frame by frame (its header says what
+    its payload is, so the payload's size is checked before its bytes are read)."""
+
+    detector: FrigateDetector
+    state: PeerState
+    header: dict[str, Any] | None = None
+    problem: tuple[str, str] | None = None  # (kind, message) of a request refused
+
+    def limit(self, frames: list[bytes]) -> int:
+        body = frames[1:] if frames and frames[0] == b"" else frames
+        if not body:
+            return HEADER_MAX  # the delimiter or the header
+        if len(body) > 1:
+            return 0  # nothing after the payload
+        self.header = self.header or self.detector.header(body[0], self)
+        if self.header is None:
+            return 0
+        if self.header.get("model_data"):
+            return self.detector.upload_limit
+        if self.header.get("model_request"):
+            return 0
+        return self.detector.payload_size(self.header, self)
+
+
+class FrigateDetector:
+    """The listening side: the detectors served, the peers' requests and their answers."""
+
+    def __init__(self, startup: Startup) -> None:
+        self.service: Service = startup.service
+        options = startup.options
+        self.allow = options["zmq_allow"]
+        self.uploads: Path | None = options["zmq_uploads"]
+        self.upload = startup.upload
+        self.upload_limit = self.service.limits.max_model_upload if self.uploads else 0
+        self.complaints = Complaints()
+        self.uploaded: list[dict[str, object]] = []
+        self.served = [
+            Served(model, facts)
+            for model in self.service.serving.of_task(DETECTION)
+            if (facts := self.service.facts(model.name)) is not None
+        ]
+
+    # -- requests ----------------------------------------------------------------------------
+    def header(self, data: bytes, expectation: Expectation) -> dict[str, Any] | None:
+        try:
+            header = json.loads(data)
+        except (ValueError, RecursionError):
+            expectation.problem = ("not_json", "the header frame is not JSON")
+            return None
+        if not isinstance(header, dict):
+            expectation.problem = ("not_json", "the header frame is not a JSON object")
+            return None
+        return header
+
+    def payload_size(self, header: dict[str, Any], expectation: Expectation) -> int:
+        """The tensor's size in bytes, when its header fits the model; else 0 (and why)."""
+        served = expectation.state.served or self._sole()
+        if served is None:
+            expectation.problem = (
+                "no_model",
+                "send the model request first (model_request): this server serves "
+                + (", ".join(s.model.name for s in self.served) or "no detector"),
+            )
+            return 0
+        problem = self._frame_problem(served, header)
+        if problem is not None:
+            expectation.problem = problem
+            return 0
+        return math.prod(header["shape"]) * np.dtype(header["dtype"]).itemsize
+
+    def _frame_problem(self, served: Served, header: dict[str, Any]) -> tuple[str, str] | None:
+        expected = served.facts.model_type
+        model_type = header.get("model_type")
+        if model_type not in (expected, MODEL_TYPE_VALUES.get(expected, expected)):
+            return (
+                "wrong_model_type",
+                f"{served.model.name} is model_type {expected}, not {str(model_type)[:40]!r}: "
+                f"set Frigate's model.model_type to {MODEL_TYPE_VALUES.get(expected, expected)}",
+            )
+        if header.get("dtype") not in ("uint8", "float32"):
+            return (
+                "wrong_dtype",
+                f"dtype {str(header.get('dtype'))[:20]!r}: send uint8 (input_dtype: int) or "
+                "float32 (input_dtype: float)",
+            )
+        shape = header.get("shape")
+        shapes = served.frame_shapes()
+        if not isinstance(shape, list) or tuple(shape) not in shapes:
+            ours = served.layout
+            return (
+                "wrong_shape",
+                f"shape {str(shape)[:60]}: {served.model.name} takes {list(ours)} "
+                f"({served.facts.input_tensor}; set Frigate's model width, height and "
+                "input_tensor to match)",
+            )
+        return None
+
+    def _sole(self) -> Served | None:
+        return self.served[0] if len(self.served) == 1 else None
+
+    def named(self, name: object) -> Served | None:
+        if not isinstance(name, str):
+            return None
+        return next((served for served in self.served if served.answers_to(name)), None)
+
+    # -- a peer ----------------------------------------------------------------------------
+    async def serve_peer(self, peer: zmtp.Peer) -> None:
+        state = PeerState()
+        while True:
+            expectation = Expectation(self, state)
+            try:
+                frames = await peer.message(expectation.limit)
+                envelope, body = (frames[:1], frames[1:]) if frames[:1] == [b""] else ([], frames)
+                reply = await self._answer(peer, state, body, expectation)
+            except zmtp.Refused as refused:
+                envelope = [b""] if peer.peer_type == b"REQ" else []
+                reply = self._refusal(peer, expectation, refused)
+            await peer.send([*envelope, reply])
+
+    async def _answer(
+        self, peer: zmtp.Peer, state: PeerState, body: list[bytes], expectation: Expectation
+    ) -> bytes:
+        header = expectation.header or (self.header(body[0], expectation) if body else None)
+        if header is None:
+            kind, message = expectation.problem or ("empty", "an empty message")
+            return self._complaint(peer, kind, message)
+        if header.get("model_request"):
+            return await self._model_request(peer, state, header)
+        if header.get("model_data"):
+            return await self._model_data(peer, state, header, body)
+        if expectation.problem is not None:
+            return self._complaint(peer, *expectation.problem)
+        if len(body) != 2:
+            return self._complaint(peer, "no_tensor", "a frame is [header, tensor]")
+        served = state.served or self._sole()
+        assert served is not None  # payload_size() saw to it
+        return await self._detect(peer, served, header, body[1])
+
+    def _refusal(self, peer: zmtp.Peer, expectation: Expectation, refused: zmtp.Refused) -> bytes:
+        header = expectation.header or {}
+        if header.get("model_data"):
+            why = (
+                "uploads are not taken here (npuctl serve --zmq-uploads FOLDER takes them)"
+                if not self.uploads
+                else f"the model file is over {self.upload_limit} bytes (--max-model-upload)"
+            )
+            self.complaints.say(peer.client, "upload_refused", why)
+            return _json({"model_saved": False, "model_loaded": False, "error": why})
+        kind, message = expectation.problem or (refused.kind, str(refused))
+        return self._complaint(peer, kind, message)
+
+    def _complaint(self, peer: zmtp.Peer, kind: str, message: str) -> bytes:
+        self.complaints.say(peer.client, kind, message)
+        self.service.metrics.errors.labels("invalid_request").inc()
+        self.service.metrics.answered("zmq", 400, 0.0)
+        return _json({"error": message, "kind": kind})
+
+    async def _model_request(
+        self, peer: zmtp.Peer, state: PeerState, header: dict[str, Any]
+    ) -> bytes:
+        name = header.get("model_name")
+        served = self.named(name)
+        if served is None:
+            log.info(
+                "frigate: %s asked for %r, which is not served here (%s)",
+                peer.client,
+                str(name)[:100],
+                ", ".join(s.model.name for s in self.served) or "no detector",
+            )
+            return _json({"model_available": False, "model_loaded": False})
+        state.served = served
+        loaded = await self._loaded()
+        log.info("frigate: %s connected for %s", peer.client, served.model.name)
+        return _json({"model_available": True, "model_loaded": loaded})
+
+    async def _loaded(self) -> bool:
+        try:
+            async with asyncio.timeout(HANDSHAKE_WAIT):
+                await self.service.models_loaded()
+        except (TimeoutError, ApiError):
+            return False
+        return True
+
+    async def _detect(
+        self, peer: zmtp.Peer, served: Served, header: dict[str, Any], data: bytes
+    ) -> bytes:
+        started = time.perf_counter()
+        shape = tuple(header["shape"])
+        expected = math.prod(shape) * np.dtype(header["dtype"]).itemsize
+        if len(data) != expected:
+            return self._complaint(
+                peer, "wrong_size", f"the tensor has {len(data)} bytes; its header says {expected}"
+            )
+        pixels = _pixels(np.frombuffer(data, dtype=header["dtype"]).reshape(shape), served, shape)
+        model, service = served.model, self.service
+        try:
+            await service.models_loaded()
+            tensors, context = model.frame(pixels)  # type: ignore[attr-defined]
+            outputs, work = await service.infer(model.key, tensors)
+        except ApiError as error:
+            return self._complaint(peer, error.kind, str(error))
+        finished = time.perf_counter()
+        found = pipeline.detections(service, model, outputs, context, MIN_SCORE, ROWS)
+        height, width = (
+            (served.layout[2], served.layout[3])
+            if served.facts.input_tensor == "nchw"
+            else (served.layout[1], served.layout[2])
+        )
+        answer = detection_rows(found, width, height)
+        answered = time.perf_counter()
+        service.answered(model, work, answered - finished)
+        service.metrics.answered("zmq", 200, answered - started)
+        return answer
+
+    # -- uploads ---------------------------------------------------------------------------
+    async def _model_data(
+        self, peer: zmtp.Peer, state: PeerState, header: dict[str, Any], body: list[bytes]
+    ) -> bytes:
+        name = str(header.get("model_name") or "")
+        if self.uploads is None or self.upload is None:
+            why = "uploads are not taken here (npuctl serve --zmq-uploads FOLDER takes them)"
+            self.complaints.say(peer.client, "upload_refused", why)
+            return _json({"model_saved": False, "model_loaded": False, "error": why})
+        if len(body) != 2 or not _plain_name(name):
+            why = "an upload is [header, the model file], its model_name a plain file name"
+            return _json({"model_saved": False, "model_loaded": False, "error": why})
+        record: dict[str, object] = {
+            "name": name,
+            "bytes": len(body[1]),
+            "sha256": hashlib.sha256(body[1]).hexdigest(),
+            "peer": peer.client,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        try:
+            path = self.uploads / name
+            await asyncio.to_thread(_save, path, body[1])
+            model, facts = await asyncio.to_thread(self.upload, name, path)
+            await self._warm(model)
+        except (NpuctlError, OSError, ApiError) as error:
+            record.update(loaded=False, error=str(error))
+            self._record(record)
+            log.warning(
+                "frigate: %s uploaded %s (%d bytes): not served: %s",
+                peer.client,
+                name,
+                len(body[1]),
+                error,
+            )
+            saved = (self.uploads / name).exists()
+            return _json({"model_saved": saved, "model_loaded": False, "error": str(error)})
+        served = Served(model, facts)
+        self.served.insert(0, served)
+        state.served = served
+        record.update(loaded=True)
+        self._record(record)
+        log.info(
+            "frigate: %s uploaded %s (%d bytes): proven, loaded and served",
+            peer.client,
+            name,
+            len(body[1]),
+        )
+        return _json({"model_saved": True, "model_loaded": True})
+
+    async def _warm(self, model: ServedModel) -> None:
+        """The uploaded model's first answer, through the queue like any frame: it loads on
+        the NPU owner, and its golden answer is kept for /ready."""
+        service = self.service
+        outputs, _ = await service.infer(model.key, model.golden()[0])
+        service.adopt(model, outputs)
+
+    def _record(self, record: dict[str, object]) -> None:
+        self.uploaded.append(record)
+        folder = self.service.runtime_folder
+        if folder is None:
+            return
+        try:
+            text = json.dumps(self.uploaded, indent=1) + "\n"
+            write_text_atomically(folder / UPLOADS_RECORD, text)
+        except OSError as error:
+            log.warning("frigate: cannot record the upload for npuctl doctor: %s", error)
+
+
+def _plain_name(name: str) -> bool:
+    """A file name of its own (no folder, no NUL), fit for a file of the uploads folder."""
+    return 0 < len(name) < 256 and "/" not in name and "\0" not in name and name not in (".", "..")
+
+
+def _save(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(temporary: Path) -> None:
+        temporary.write_bytes(data)
+
+    write_atomically(path, write)
+
+
+def _pixels(frame: np.ndarray, served: Served, shape: tuple[int, ...]) -> np.ndarray:
+    """The frame as uint8 pixels in the model's layout: as it is where it already is (no
+    copy), transposed where Frigate sent the other layout, scaled where it sent floats (0..1
+    as input_dtype: float sends them; 0..255 where any value is above 1)."""
+    if served.frame_shapes()[shape]:
+        order = (0, 3, 1, 2) if served.facts.input_tensor == "nchw" else (0, 2, 3, 1)
+        frame = np.ascontiguousarray(frame.transpose(order))
+    if frame.dtype == np.uint8:
+        return frame
+    scale = 255.0 if float(frame.max(initial=0.0)) <= 1.0 else 1.0
+    return np.clip(np.rint(frame * scale), 0, 255).astype(np.uint8)
+
+
+# -- listening -----------------------------------------------------------------------------
+@dataclass
+class Listeners:
+    listening: list[zmtp.Listening]
+
+    def where(self) -> str:
+        return " and ".join(item.where() for item in self.listening)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(item.close() for item in self.listening))
+
+
+async def start(startup: Startup) -> Running | None:
+    endpoints = [zmtp.Endpoint.parse(text) for text in startup.options["zmq_endpoints"]]
+    if not endpoints:
+        return None
+    detector = FrigateDetector(startup)
+    service, limits = startup.service, startup.service.limits
+    peer_limits = zmtp.PeerLimits(limits.head_timeout, limits.body_timeout, MAX_FRAMES)
+    allow = detector.allow
+
+    def allowed(client: str) -> bool:
+        if client == "unix" or not allow:
+            return True
+        try:
+            address = ipaddress.ip_address(client)
+        except ValueError:
+            return False
+        return any(address in network for network in allow)
+
+    def refused(client: str, why: str) -> None:
+        detector.complaints.say(client, "refused", why)
+        service.metrics.errors.labels("busy" if "connections" in why else "invalid_request").inc()
+
+    listening = []
+    try:
+        for endpoint in endpoints:
+            budget = Budget(limits.max_connections, limits.max_per_client)
+            listening.append(
+                await zmtp.listen(
+                    endpoint, detector.serve_peer, peer_limits, budget, allowed, refused
+                )
+            )
+    except OSError as error:
+        for item in listening:
+            await item.close()
+        raise NpuctlError(
+            f"cannot listen on {endpoint.text}: {error.strerror or error} (choose another --zmq)"
+        ) from None
+    for item, endpoint in zip(listening, endpoints, strict=True):
+        if not endpoint.loopback:
+            who = ", ".join(str(n) for n in allow) if allow else "every address that reaches it"
+            log.warning(
+                "frigate: %s takes frames unauthenticated (Frigate's client sends no credentials), "
+                "reachable from %s%s",
+                item.where(),
+                who,
+                "" if allow else ": give --zmq-allow, or a NetworkPolicy on K3s",
+            )
+    for served in detector.served:
+        facts = served.facts
+        log.info(
+            "frigate: %s answers to model.path %s: model_type %s, input_tensor %s, "
+            "input_pixel_format %s, labelmap_path %s",
+            served.model.name,
+            " or ".join(sorted({served.model.name, *facts.names})),
+            MODEL_TYPE_VALUES.get(facts.model_type, facts.model_type),
+            facts.input_tensor,
+            facts.input_pixel_format,
+            facts.labelmap,
+        )
+    return Listeners(listening)
+
+
+LISTENER = Listener("frigate", OPTIONS, start)

@@ -1,0 +1,331 @@
+"""ZeroMQ's wire protocol (ZMTP 3.x with the NULL mechanism, RFC 23 and 37) as a REP peer
+speaks it to REQ and DEALER peers, over TCP or a unix socket (ZeroMQ's tcp:// and ipc://):
+the greeting, the READY handshake, multipart messages, PING and PONG. It knows no message's
+meaning; a protocol (.protocols.frigate) reads requests and sends answers through it.
+
+Why not libzmq: its sockets take an unfinished multipart message from a peer without any
+bound (a ZMTP client that sends frames with the MORE flag and never a last one fills the
+server's memory; measured: 900 MB from one unauthenticated TCP peer, with ZMQ_MAXMSGSIZE and
+ZMQ_RCVHWM set), and they offer no limit on connections. Here every frame's size is checked
+from its header before its bytes are read, against what the message so far allows; a
+message has at most a few frames and must arrive within its timeout; a connection reads its
+next message only once the last is answered; and connections are counted per listener and
+per address, as the HTTP side counts them (.connections.Budget)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .connections import Budget, remove_stale_socket
+
+GREETING_SIZE = 64
+SIGNATURE_END = 9  # 0xFF, eight bytes of padding, 0x7F
+MORE, LONG, COMMAND = 0x01, 0x02, 0x04
+MAX_COMMAND = 64 * 1024  # bytes of a READY, PING or ERROR command
+# The peers a REP socket talks to (RFC 28); each says which it is in its READY.
+PEER_TYPES = (b"REQ", b"DEALER")
+_SKIP_CHUNK = 1 << 20
+
+
+def greeting() -> bytes:
+    """ZMTP 3.1, the NULL mechanism, as-server false (NULL has no roles)."""
+    mechanism = b"NULL".ljust(20, b"\0")
+    return b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + mechanism + b"\0" + b"\0" * 31
+
+
+def frame(data: bytes | memoryview, more: bool = False, command: bool = False) -> bytes:
+    """A frame's header (the bytes follow it)."""
+    flags = (MORE if more else 0) | (COMMAND if command else 0)
+    if len(data) > 255:
+        return struct.pack(">BQ", flags | LONG, len(data))
+    return struct.pack(">BB", flags, len(data))
+
+
+def ready_command(socket_type: bytes) -> bytes:
+    name, value = b"Socket-Type", socket_type
+    body = b"\x05READY" + bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
+    return frame(body, command=True) + body
+
+
+def properties(body: bytes) -> dict[bytes, bytes]:
+    """A READY command's metadata (after its name)."""
+    found: dict[bytes, bytes] = {}
+    at = 0
+    while at < len(body):
+        size = body[at]
+        name = body[at + 1 : at + 1 + size]
+        at += 1 + size
+        if at + 4 > len(body):
+            raise ProtocolError("a READY property is cut short")
+        (length,) = struct.unpack(">I", body[at : at + 4])
+        found[name.lower()] = body[at + 4 : at + 4 + length]
+        at += 4 + length
+    if at != len(body):
+        raise ProtocolError("a READY property is cut short")
+    return found
+
+
+class ProtocolError(Exception):
+    """The peer does not speak ZMTP 3 with the NULL mechanism as a REQ or DEALER does: the
+    connection is closed."""
+
+
+class Refused(Exception):
+    """A message over its limits, read away: its sender gets an answer saying why."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where to listen: tcp://HOST:PORT (HOST * for every address) or ipc://PATH (@NAME for
+    Linux's abstract namespace), as ZeroMQ writes endpoints."""
+
+    text: str
+    host: str | None = None
+    port: int = 0
+    path: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        scheme, _, rest = text.partition("://")
+        if scheme == "tcp":
+            host, _, port = rest.rpartition(":")
+            host = host.strip("[]")
+            if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ValueError(f"{text}: a tcp endpoint is tcp://HOST:PORT (HOST * for all)")
+            return cls(text, None if host == "*" else host, int(port))
+        if scheme == "ipc" and rest:
+            return cls(text, path="\0" + rest[1:] if rest.startswith("@") else rest)
+        raise ValueError(f"{text}: an endpoint is tcp://HOST:PORT or ipc://PATH")
+
+    @property
+    def loopback(self) -> bool:
+        if self.path is not None:
+            return True
+        try:
+            return self.host is not None and ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return self.host == "localhost"
+
+
+@dataclass(frozen=True)
+class PeerLimits:
+    handshake_timeout: float  # seconds for the greeting and READY
+    message_timeout: float  # seconds for a message, once its first byte has come
+    max_frames: int  # frames in one message
+
+
+# A message's limit for its next frame: given the frames so far, at most this many bytes.
+FrameLimit = Callable[[list[bytes]], int]
+
+
+@dataclass(eq=False)
+class Peer:
+    """One connection to a REQ or DEALER peer."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    limits: PeerLimits
+    client: str  # its address ("unix" on a unix socket)
+    in_request: bool = False  # a message is being read or answered
+    since: float = field(default_factory=time.monotonic)  # when it last went idle
+    peer_type: bytes = b""
+
+    async def handshake(self) -> None:
+        async with asyncio.timeout(self.limits.handshake_timeout):
+            self.writer.write(greeting())
+            theirs = await self.reader.readexactly(GREETING_SIZE)
+            if theirs[0] != 0xFF or theirs[SIGNATURE_END] != 0x7F:
+                raise ProtocolError("not a ZMTP peer (its greeting's signature is wrong)")
+            if theirs[10] < 3:
+                raise ProtocolError(f"ZMTP {theirs[10]}.x: this server speaks ZMTP 3")
+            if theirs[12:32].rstrip(b"\0") != b"NULL":
+                mechanism = theirs[12:32].rstrip(b"\0").decode("ascii", "replace")
+                raise ProtocolError(f"the {mechanism} mechanism: this server speaks NULL")
+            self.writer.write(ready_command(b"REP"))
+            body = await self._command()
+            if not body.startswith(b"\x05READY"):
+                raise ProtocolError("no READY after the greeting")
+            self.peer_type = properties(body[6:]).get(b"socket-type", b"")
+            if self.peer_type not in PEER_TYPES:
+                raise ProtocolError(f"a {self.peer_type.decode('ascii', 'replace')} socket")
+
+    async def _command(self) -> bytes:
+        flags, size = await self._frame_head()
+        if not flags & COMMAND or size > MAX_COMMAND:
+            raise ProtocolError("a command frame was expected")
+        return await self.reader.readexactly(size)
+
+    async def _frame_head(self, flags: int | None = None) -> tuple[int, int]:
+        if flags is None:
+            flags = (await self.reader.readexactly(1))[0]
+        if flags & LONG:
+            (size,) = struct.unpack(">Q", await self.reader.readexactly(8))
+        else:
+            size = (await self.reader.readexactly(1))[0]
+        return flags, size
+
+    async def message(self, limit: FrameLimit) -> list[bytes]:
+        """The next message's frames (PINGs answered meanwhile). It waits as long as the peer
+        idles; once the first byte has come, the whole message must come within the timeout.
+        Refused, with the message read away, when a frame is over its limit or there are too
+        many; ProtocolError (the connection ends) when even that takes too long."""
+        first: int | None = (await self.reader.readexactly(1))[0]
+        self.in_request = True
+        try:
+            async with asyncio.timeout(self.limits.message_timeout):
+                return await self._frames(limit, first)
+        except TimeoutError:
+            raise ProtocolError("a message took too long to arrive") from None
+
+    async def _frames(self, limit: FrameLimit, first: int | None) -> list[bytes]:
+        frames: list[bytes] = []
+        refusal: Refused | None = None
+        while True:
+            flags, size = await self._frame_head(first)
+            first = None
+            if flags & COMMAND:
+                await self._answer_command(size)
+                continue
+            if refusal is None and len(frames) >= self.limits.max_frames:
+                refusal = Refused(
+                    "too_many_frames", f"more than {self.limits.max_frames} frames in a message"
+                )
+            if refusal is None and size > (allowed := limit(frames)):
+                refusal = Refused(
+                    "too_large", f"frame {len(frames) + 1} has {size} bytes, over {allowed}"
+                )
+            if refusal is None:
+                frames.append(await self.reader.readexactly(size))
+            else:
+                await self._skip(size)
+            if not flags & MORE:
+                break
+        if refusal is not None:
+            raise refusal
+        return frames
+
+    async def _answer_command(self, size: int) -> None:
+        if size > MAX_COMMAND:
+            raise ProtocolError("a command over its limit")
+        body = await self.reader.readexactly(size)
+        if body.startswith(b"\x04PING") and len(body) >= 7:
+            context = body[7:]
+            pong = b"\x04PONG" + context
+            self.writer.write(frame(pong, command=True) + pong)
+        elif body.startswith(b"\x05ERROR"):
+            raise ProtocolError("the peer sent ERROR")
+
+    async def _skip(self, size: int) -> None:
+        while size:
+            chunk = await self.reader.read(min(size, _SKIP_CHUNK))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", size)
+            size -= len(chunk)
+
+    async def send(self, frames: list[bytes | memoryview]) -> None:
+        """A message, each frame but the last marked MORE; the next may then be read."""
+        for index, data in enumerate(frames):
+            self.writer.write(frame(data, more=index < len(frames) - 1))
+            self.writer.write(data)
+        await self.writer.drain()
+        self.in_request = False
+        self.since = time.monotonic()
+
+    def evict(self) -> None:
+        """Closed to make room: it was idle."""
+        self.writer.close()
+
+
+Handler = Callable[[Peer], Awaitable[None]]
+
+
+@dataclass
+class Listening:
+    server: asyncio.Server
+    endpoint: Endpoint
+    peers: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def where(self) -> str:
+        if self.endpoint.path is not None:
+            return self.endpoint.text
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return f"tcp://{'[' + host + ']' if ':' in host else host}:{port}"
+
+    async def close(self) -> None:
+        self.server.close()
+        for task in list(self.peers):
+            task.cancel()
+        await asyncio.gather(*self.peers, return_exceptions=True)
+        if self.endpoint.path is not None and not self.endpoint.path.startswith("\0"):
+            Path(self.endpoint.path).unlink(missing_ok=True)
+
+
+async def listen(
+    endpoint: Endpoint,
+    serve_peer: Handler,
+    limits: PeerLimits,
+    budget: Budget,
+    allowed: Callable[[str], bool],
+    refused: Callable[[str, str], None],
+) -> Listening:
+    """Accept REQ and DEALER peers at ``endpoint``; each is served by ``serve_peer`` once its
+    handshake is done. A peer ``allowed`` refuses, or one over the budget when every other
+    is busy, is closed at once (``refused`` is told who and why)."""
+    listening: Listening | None = None
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert listening is not None
+        address = writer.get_extra_info("peername")
+        client = address[0] if isinstance(address, tuple) else "unix"
+        peer = Peer(reader, writer, limits, client)
+        task = asyncio.current_task()
+        assert task is not None
+        if not allowed(client):
+            refused(client, "not in the allowed addresses")
+            writer.close()
+            return
+        if not budget.admit(peer):
+            refused(client, "too many connections")
+            writer.close()
+            return
+        listening.peers.add(task)
+        try:
+            await peer.handshake()
+            await serve_peer(peer)
+        except (ProtocolError, TimeoutError) as error:
+            refused(client, str(error))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the peer left: its request, if any, is cancelled with this task
+        finally:
+            listening.peers.discard(task)
+            budget.leave(peer)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    if endpoint.path is not None:
+        named = not endpoint.path.startswith("\0")
+        if named:
+            Path(endpoint.path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            remove_stale_socket(Path(endpoint.path))
+        server = await asyncio.start_unix_server(accepted, endpoint.path)
+        if named:  # who may reach it is the folder's to decide (a container's shared folder)
+            Path(endpoint.path).chmod(0o666)
+    else:
+        server = await asyncio.start_server(
+            accepted, endpoint.host, endpoint.port, reuse_address=True
+        )
+    listening = Listening(server, endpoint)
+    return listening
