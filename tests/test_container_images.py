@@ -232,7 +232,7 @@ def test_an_image_says_what_it_is_and_runs_as_a_fleet_expects(amd64_images: Path
         "npuctl.serve.healthcheck",
     ]
     assert config["config"]["Entrypoint"] == ["npuctl"]
-    assert "8340/tcp" in config["config"]["ExposedPorts"]
+    assert {"8340/tcp", "5555/tcp"} <= set(config["config"]["ExposedPorts"])
     assert (
         manifest["layers"][0]["digest"] == summary(amd64_images, "npuctl", "amd64")["layer_digest"]
     )

@@ -88,6 +88,27 @@ def test_human_output_has_a_line_per_check_and_a_summary(board, image, models):
     assert lines[-1].startswith("Summary: the NPU stack is healthy")
 
 
+def test_what_frigate_uploaded_to_the_server_is_told(board, image, models):
+    """The server's record of Frigate's uploads (npuctl serve --zmq-uploads): each one, who
+    sent it, and a warning with the server's reason for one it does not serve."""
+    record = [
+        {"name": "mine.cix", "bytes": 4500000, "sha256": "ab" * 32, "peer": "192.168.1.20",
+         "at": "2026-11-28T10:00:00Z", "loaded": True},
+        {"name": "broken.cix", "bytes": 12, "sha256": "cd" * 32, "peer": "192.168.1.20",
+         "at": "2026-11-28T10:01:00Z", "loaded": False, "error": "loading it crashed libnoe"},
+    ]  # fmt: skip
+    folder = image.root / "run/npuctl"
+    folder.mkdir(parents=True)
+    (folder / "frigate-uploads.json").write_text(json.dumps(record))
+    code, checks = doctor(board, image)
+    served, failed = checks["serve.frigate_upload.1"], checks["serve.frigate_upload.2"]
+    assert served["status"] == "info" and "mine.cix" in served["summary"]
+    assert "from 192.168.1.20" in served["summary"] and served["summary"].endswith("served")
+    assert failed["status"] == "warning" and "crashed libnoe" in failed["detail"]
+    assert failed["fix"]
+    assert code == 10  # usable, with warnings
+
+
 def test_no_headers(board, image):
     image.remove(f"lib/modules/{RELEASE}/build")
     code, checks = doctor(board, image)

@@ -104,3 +104,27 @@ def test_immich_reaches_the_zhouyi_pods_without_the_key_and_nothing_else_does(bo
         "containers"
     ][0]
     assert "--public" not in keyless["args"]  # no key: every route is open already
+
+
+def test_frigates_detector_port_opens_only_for_the_addresses_asked(board: Board):
+    """--zmq-port opens Frigate's remote detector on the pods and the Service; with
+    --zmq-from, a NetworkPolicy lets only those addresses reach it (the HTTP port stays
+    open, behind its key); every document valid."""
+    validate = kubernetes_validate()
+    documents = rendered(board, "--zmq-port", "5555", "--zmq-from", "192.168.1.0/24")
+    serve, service, policy = documents
+    container = serve["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-2:] == ["--zmq", "tcp://*:5555"]
+    assert {"name": "frigate", "containerPort": 5555} in container["ports"]
+    assert {"name": "frigate", "port": 5555, "targetPort": "frigate"} in service["spec"]["ports"]
+    assert policy["kind"] == "NetworkPolicy"
+    rules = policy["spec"]["ingress"]
+    assert rules[1] == {
+        "from": [{"ipBlock": {"cidr": "192.168.1.0/24"}}],
+        "ports": [{"port": 5555}],
+    }
+    assert rules[0] == {"ports": [{"port": 8340}]}
+    for document in documents:
+        validate.validate(document, KUBERNETES, strict=True)
+    closed = rendered(board)
+    assert "--zmq" not in closed[0]["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -254,16 +254,17 @@ def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path
 
 
 # -- what an attacker sends -------------------------------------------------------------
-def raw_peer(port: int) -> socket.socket:
+def raw_peer(port: int, expect_reply: bool = True) -> socket.socket:
     """A ZMTP 3 peer by hand, past the handshake (a DEALER: no envelope)."""
     peer = socket.create_connection(("127.0.0.1", port), timeout=10)
     peer.sendall(b"\xff" + b"\0" * 8 + b"\x7f\x03\x01NULL" + b"\0" * 16 + b"\0" * 32)
     ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
     peer.sendall(bytes([0x04, len(ready)]) + ready)
     received = b""
-    while len(received) < 64 + 27:  # its greeting and its READY (REP)
+    while len(received) < 64 + 27:  # its greeting and its READY (REP, ROUTER: as long)
         received += peer.recv(4096)
-    assert received[:1] == b"\xff" and b"REP" in received
+    assert received[:1] == b"\xff"
+    assert b"REP" in received or not expect_reply
     return peer
 
 
@@ -348,6 +349,44 @@ def test_an_endless_message_and_garbage_are_closed_not_kept(yolo: Board) -> None
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.stderr
+
+
+LIBZMQ_ROUTER = """
+import sys, time, zmq
+socket = zmq.Context().socket(zmq.ROUTER)
+socket.setsockopt(zmq.MAXMSGSIZE, 2_000_000)
+socket.setsockopt(zmq.RCVHWM, 2)
+port = socket.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+time.sleep(60)
+"""
+
+
+def test_libzmq_keeps_an_endless_message(tmp_path: Path) -> None:
+    """Why the server speaks ZMTP itself (docs/development.md): a libzmq ROUTER, its message
+    size and high-water mark set, keeps every frame of a multipart message that never ends.
+    Should a libzmq bound it, this fails, and the server could use pyzmq instead."""
+    import subprocess
+    import sys
+
+    router = subprocess.Popen(
+        [sys.executable, "-c", LIBZMQ_ROUTER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        port = int(router.stdout.readline())  # type: ignore[union-attr]
+        before = rss_mib(router.pid)
+        peer = raw_peer(port, expect_reply=False)
+        part = struct.pack(">BQ", 0x03, 1 << 20) + b"x" * (1 << 20)
+        for _ in range(200):
+            peer.sendall(part)
+        deadline = time.monotonic() + 30
+        while rss_mib(router.pid) - before < 150 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert rss_mib(router.pid) - before >= 150
+        peer.close()
+    finally:
+        router.kill()
+        router.wait()
 
 
 def rss_mib(pid: int) -> int:

@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from npuctl.defaults import DEFAULT_SERVE_PORT
+from npuctl.defaults import DEFAULT_SERVE_PORT, DEFAULT_ZMQ_PORT
 from npuctl.models.store import SYSTEM_DIR
 from pipeline.atomic import write_atomically
 from pipeline.config import REPO_ROOT, load_package, package_names
@@ -106,7 +106,8 @@ def image_config(
         entrypoint=["npuctl"],
         cmd=["serve", "--host", "0.0.0.0", "--port", str(DEFAULT_SERVE_PORT), "--no-unix-socket"],
         env=ENVIRONMENT,
-        ports=[DEFAULT_SERVE_PORT],
+        # Frigate's remote detector answers there once NPUCTL_SERVE_ZMQ=tcp://*:5555 asks.
+        ports=[DEFAULT_SERVE_PORT, DEFAULT_ZMQ_PORT],
         labels=labels,
         # npuctl serve finishes the requests in flight on SIGTERM (--deadline).
         stop_signal="SIGTERM",

@@ -10,6 +10,15 @@ DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
 
 # npuctl serve's TCP port: the K3s manifests, the container image and its health check.
 DEFAULT_SERVE_PORT = 8340
+# Its port as Frigate's remote detector (npuctl serve --zmq tcp://*:5555), where one is opened:
+# the one Frigate's documentation uses for its ZeroMQ detectors.
+DEFAULT_ZMQ_PORT = 5555
+
+
+# Where the packaged server (npuctl-serve.service, RuntimeDirectory=npuctl) keeps its socket,
+# and what it tells the doctor there: the model files Frigate uploaded, and their fate.
+SERVICE_RUNTIME_DIRECTORY = Path("/run/npuctl")
+FRIGATE_UPLOADS_RECORD = "frigate-uploads.json"
 
 
 def default_serve_socket() -> Path | None:

@@ -3,6 +3,10 @@ dependency order: a failed prerequisite skips what depends on it, saying why).""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from ..defaults import FRIGATE_UPLOADS_RECORD, SERVICE_RUNTIME_DIRECTORY, default_serve_socket
 from ..families import absent_reasons, all_platforms, chosen
 from ..platform import Platform
 from ..system import System, board_name
@@ -23,6 +27,7 @@ def run_doctor(system: System, options: Options, forced: str | None = None) -> R
     report.facts["platform"] = platform.name
     check_stages(system, platform, options, report)
     check_cdi_spec(system, platform, options, report)
+    check_frigate_uploads(system, report)
     return report
 
 
@@ -67,6 +72,50 @@ def check_cdi_spec(system: System, platform: Platform, options: Options, report:
                     fix="sudo npuctl cdi generate",
                 )
             )
+
+
+def check_frigate_uploads(system: System, report: Report) -> None:
+    """The model files Frigate uploaded to the running server (npuctl serve --zmq-uploads),
+    as the server recorded them: what, from whom, and whether it serves them."""
+    for folder in (SERVICE_RUNTIME_DIRECTORY, *_user_runtime()):
+        text = system.read(str(folder / FRIGATE_UPLOADS_RECORD))
+        if text is None:
+            continue
+        try:
+            records = json.loads(text)
+        except ValueError:
+            continue
+        for index, record in enumerate(records if isinstance(records, list) else []):
+            _upload_finding(report, f"serve.frigate_upload.{index + 1}", record)
+
+
+def _user_runtime() -> list[Path]:
+    socket = default_serve_socket()
+    return [socket.parent] if socket is not None else []
+
+
+def _upload_finding(report: Report, finding_id: str, record: object) -> None:
+    if not isinstance(record, dict):
+        return
+    what = (
+        f"Frigate upload: {str(record.get('name'))[:80]} ({record.get('bytes')} bytes, sha256 "
+        f"{str(record.get('sha256'))[:12]}) from {str(record.get('peer'))[:60]} at "
+        f"{str(record.get('at'))[:20]}"
+    )
+    if record.get("loaded"):
+        report.add(Finding(finding_id, "serving", Status.INFO, f"{what}: served"))
+        return
+    report.add(
+        Finding(
+            finding_id,
+            "serving",
+            Status.WARN,
+            f"{what}: not served",
+            str(record.get("error", ""))[:300],
+            fix="give Frigate a model this NPU serves (npuctl models list), or serve its file "
+            "with npuctl serve --models",
+        )
+    )
 
 
 def _no_npu(machine: str, board: str) -> Finding:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..defaults import DEFAULT_SERVE_PORT
+from ..defaults import DEFAULT_SERVE_PORT, DEFAULT_ZMQ_PORT
 from ..families import all_platforms, by_name
 from ..files import write_text_atomically
 from ..system import System
@@ -63,6 +63,19 @@ def k8s() -> None:
     show_default=True,
     help="The Secret whose key 'key' holds the API key the pods require (none: no key).",
 )
+@click.option(
+    "--zmq-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help=f"Also serve as Frigate's remote detector on this port ({DEFAULT_ZMQ_PORT} is the "
+    "usual one) [default: not opened].",
+)
+@click.option(
+    "--zmq-from",
+    default=None,
+    metavar="CIDR",
+    help="Let only these addresses reach that port (a NetworkPolicy, which K3s enforces).",
+)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def render_command(
     family: str,
@@ -72,6 +85,8 @@ def render_command(
     device_via: str,
     render_gid: int | None,
     api_key_secret: str,
+    zmq_port: int | None,
+    zmq_from: str | None,
     output: Path | None,
 ) -> None:
     """Print (or write to --output) the manifests: a DaemonSet of npuctl serve on the nodes
@@ -84,6 +99,8 @@ def render_command(
         device_via=device_via,
         render_gid=render_gid or _render_gid(),
         api_key_secret=None if api_key_secret == "none" else api_key_secret,
+        zmq_port=zmq_port,
+        zmq_from=zmq_from,
     )
     text = render(platform, choices)
     if output is None:

@@ -26,6 +26,8 @@ class Choices:
     device_via: str = "cdi"  # or "device-plugin"
     render_gid: int = 107
     api_key_secret: str | None = "npuctl-serve-api-key"  # None: the pods take no key
+    zmq_port: int | None = None  # Frigate's remote detector's port; None: not opened
+    zmq_from: str | None = None  # the only addresses it takes (a NetworkPolicy); None: any
 
 
 def render(platform: Platform, choices: Choices) -> str:
@@ -42,6 +44,8 @@ def render(platform: Platform, choices: Choices) -> str:
         "render_gid": choices.render_gid,
         "workers": platform.serve_workers,
         "api_key_secret": choices.api_key_secret,
+        "zmq_port": choices.zmq_port,
+        "zmq_from": choices.zmq_from,
         # Immich's server sends no key: its routes open where the family computes its models
         "immich": any(entry.immich for entry in load_manifest().models_of(platform.name)),
         "label_namespace": NAMESPACE,

@@ -28,6 +28,7 @@ from typing import Any
 import click
 import numpy as np
 
+from ...defaults import DEFAULT_ZMQ_PORT, FRIGATE_UPLOADS_RECORD
 from ...errors import NpuctlError
 from ...files import write_atomically, write_text_atomically
 from ...models.manifest import FrigateFacts
@@ -40,7 +41,6 @@ from ..service import Service
 
 log = logging.getLogger("npuctl.serve")
 
-DEFAULT_PORT = 5555  # Frigate's documentation's, and Apple Silicon detector's
 ROWS, COLUMNS = 20, 6  # Frigate's detection array
 ANSWER_BYTES = ROWS * COLUMNS * 4
 MIN_SCORE = 0.4  # Frigate's own post-processing's threshold, and DeepStack's default
@@ -51,7 +51,6 @@ MAX_FRAMES = 4  # REQ's empty delimiter, a header, a tensor or a model file, and
 HANDSHAKE_WAIT = 25.0
 # Frigate sends its ModelTypeEnum's name; its value is accepted too.
 MODEL_TYPE_VALUES = {"yologeneric": "yolo-generic"}
-UPLOADS_RECORD = "frigate-uploads.json"  # in the server's runtime folder, for the doctor
 SUFFIX_OPTION = "upload_suffix"
 
 
@@ -87,7 +86,7 @@ OPTIONS = (
         show_envvar=True,
         callback=_endpoints,
         help="Be Frigate's remote detector (its type: zmq) at this ZeroMQ endpoint: "
-        f"tcp://*:{DEFAULT_PORT} for Frigate on another host, ipc:///PATH for Frigate on "
+        f"tcp://*:{DEFAULT_ZMQ_PORT} for Frigate on another host, ipc:///PATH for Frigate on "
         "this one (a container sharing the socket's folder); repeatable [default: none].",
     ),
     click.option(
@@ -470,7 +469,7 @@ class FrigateDetector:
             return
         try:
             text = json.dumps(self.uploaded, indent=1) + "\n"
-            write_text_atomically(folder / UPLOADS_RECORD, text)
+            write_text_atomically(folder / FRIGATE_UPLOADS_RECORD, text)
         except OSError as error:
             log.warning("frigate: cannot record the upload for npuctl doctor: %s", error)
 
