@@ -16,6 +16,7 @@ BENCHES = (
     "watch_quality",
     "vision_cost",
     "memory_budget",
+    "frigate_zmq",
     "hostile",
     "image_size",
 )

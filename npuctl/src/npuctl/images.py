@@ -101,14 +101,17 @@ def _malloc_trim() -> object | None:
 
 # glibc's mallopt: allocations from this size on are mapped on their own, and unmapped when
 # freed. Fixed, it stops glibc from raising the size after a large block is freed, which
-# would leave the next large bodies and pictures in the heap once freed.
+# would leave the next large bodies and pictures in the heap once freed; below it, a
+# request's tensors (a camera frame, a detector's output: a megabyte or two) reuse the heap
+# instead of faulting fresh pages in at every request.
 _M_MMAP_THRESHOLD = -3
-LARGE_ALLOCATION = 1 << 20
+LARGE_ALLOCATION = 4 << 20
 
 
 def map_large_allocations() -> None:
-    """From now on, a freed allocation of a megabyte or more goes back to the system at once
-    (a server's request bodies and pictures): its resident memory returns to its warm size."""
+    """From now on, a freed allocation of LARGE_ALLOCATION or more goes back to the system at
+    once (a server's large bodies and pictures): its resident memory returns to its warm
+    size."""
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt if name else None

@@ -200,7 +200,7 @@ class Expectation:
     header: dict[str, Any] | None = None
     problem: tuple[str, str] | None = None  # (kind, message) of a request refused
 
-    def limit(self, frames: list[bytes]) -> int:
+    def limit(self, frames: list[zmtp.Data]) -> int:
         body = frames[1:] if frames and frames[0] == b"" else frames
         if not body:
             return HEADER_MAX  # the delimiter or the header
@@ -235,7 +235,7 @@ class FrigateDetector:
         ]
 
     # -- requests ----------------------------------------------------------------------------
-    def header(self, data: bytes, expectation: Expectation) -> dict[str, Any] | None:
+    def header(self, data: zmtp.Data, expectation: Expectation) -> dict[str, Any] | None:
         try:
             header = json.loads(data)
         except (ValueError, RecursionError):
@@ -312,7 +312,7 @@ class FrigateDetector:
             await peer.send([*envelope, reply])
 
     async def _answer(
-        self, peer: zmtp.Peer, state: PeerState, body: list[bytes], expectation: Expectation
+        self, peer: zmtp.Peer, state: PeerState, body: list[zmtp.Data], expectation: Expectation
     ) -> bytes:
         header = expectation.header or (self.header(body[0], expectation) if body else None)
         if header is None:
@@ -376,7 +376,7 @@ class FrigateDetector:
         return True
 
     async def _detect(
-        self, peer: zmtp.Peer, served: Served, header: dict[str, Any], data: bytes
+        self, peer: zmtp.Peer, served: Served, header: dict[str, Any], data: zmtp.Data
     ) -> bytes:
         started = time.perf_counter()
         shape = tuple(header["shape"])
@@ -408,7 +408,7 @@ class FrigateDetector:
 
     # -- uploads ---------------------------------------------------------------------------
     async def _model_data(
-        self, peer: zmtp.Peer, state: PeerState, header: dict[str, Any], body: list[bytes]
+        self, peer: zmtp.Peer, state: PeerState, header: dict[str, Any], body: list[zmtp.Data]
     ) -> bytes:
         name = str(header.get("model_name") or "")
         if self.uploads is None or self.upload is None:
@@ -479,7 +479,7 @@ def _plain_name(name: str) -> bool:
     return 0 < len(name) < 256 and "/" not in name and "\0" not in name and name not in (".", "..")
 
 
-def _save(path: Path, data: bytes) -> None:
+def _save(path: Path, data: zmtp.Data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(temporary: Path) -> None:

@@ -1,0 +1,251 @@
+"""make bench, Frigate's remote detector (npuctl serve --zmq): Frigate's own client logic
+(testkit/frigate_client.py, on pyzmq) against the server on the libnoe double (YOLOv8n,
+15 ms) and the Teflon double (SSDLite, 48 ms), frames as Frigate sends them (uint8, the
+model's layout).
+
+- host CPU per frame: the server process's CPU, every thread, per frame, against the
+  model's NPU time measured in the same run (target 0.03), and against the same frames as
+  DeepStack requests (a JPEG each, as Frigate's deepstack detector sends them), same run
+  (target 0.25);
+- four clients, one frame in flight each (four cameras): throughput against the NPU-bound
+  limit (1 / the measured NPU time), p99 under Frigate's 200 ms request timeout;
+- the RK3588 with --workers 3 against --workers 1, on a double that runs three jobs at once.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from bench.doubles import Doubles, doubles
+from bench.report import print_rows
+from bench.serve_cost import Client, cpu_seconds
+from bench.vision_cost import bare_post, npu_seconds, raw_request
+from testkit.frigate_client import FrigateZmqClient
+from testkit.serve_process import Server, start
+
+BENCH = "frigate-zmq"
+FRIGATE_TIMEOUT_S = 0.2  # Frigate's request_timeout_ms default
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def frame_of(bus: Path, shape: tuple[int, ...], layout: str) -> np.ndarray:
+    """The test photo resized as Frigate resizes a region to the model's input."""
+    size = shape[2] if layout == "nchw" else shape[1]
+    pixels = np.asarray(Image.open(bus).convert("RGB").resize((size, size), Image.BILINEAR))
+    if layout == "nchw":
+        return np.ascontiguousarray(pixels[:, :, ::-1].transpose(2, 0, 1))[None]  # BGR planes
+    return pixels[None]
+
+
+def jpeg_of(pixels: np.ndarray, layout: str) -> bytes:
+    picture = pixels[0].transpose(1, 2, 0)[:, :, ::-1] if layout == "nchw" else pixels[0]
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(picture)).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def zmq_cpu(
+    server: Server, client: FrigateZmqClient, pixels: np.ndarray, model: str
+) -> tuple[float, float]:
+    """The server's CPU per frame (every thread) and the frames' NPU time: seconds each."""
+    for _ in range(5):
+        client.detect_raw(pixels)  # warm
+    count = 200
+    with Client(os.sched_getaffinity(server.process.pid)):
+        before, npu_before = cpu_seconds(server.process.pid), npu_seconds(server, model)
+        for _ in range(count):
+            client.detect_raw(pixels)
+        cpu = (cpu_seconds(server.process.pid) - before) / count
+        npu_after = npu_seconds(server, model)
+    return cpu, (npu_after[0] - npu_before[0]) / (npu_after[1] - npu_before[1])
+
+
+def deepstack_cpu(server: Server, jpeg: bytes) -> float:
+    """The server's CPU per DeepStack request of the same frame (every thread)."""
+    request = raw_request("/v1/vision/detection", jpeg)
+    connection = socket.create_connection(("127.0.0.1", server.port))
+    for _ in range(5):
+        bare_post(connection, request)
+    count = 200
+    with Client(os.sched_getaffinity(server.process.pid)):
+        before = cpu_seconds(server.process.pid)
+        for _ in range(count):
+            bare_post(connection, request)
+        cpu = (cpu_seconds(server.process.pid) - before) / count
+    connection.close()
+    return cpu
+
+
+def host_rows(
+    env: dict[str, str], model: str, bus: Path, model_path: str, model_type: str
+) -> list[dict]:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    server = start(env, "--models", model, "--zmq", endpoint)
+    try:
+        metadata = server.request("GET", f"/v2/models/{served_name(model)}").json()
+        shape = tuple(metadata["inputs"][0]["shape"])
+        layout = "nchw" if shape[1] == 3 else "nhwc"
+        pixels = frame_of(bus, shape, layout)
+        client = FrigateZmqClient(endpoint, model_path, model_type, request_timeout_ms=5000)
+        try:
+            cpu, npu = zmq_cpu(server, client, pixels, served_name(model))
+        finally:
+            client.close()
+        deepstack = deepstack_cpu(server, jpeg_of(pixels, layout))
+    finally:
+        server.stop()
+    name = f"Frigate zmq frame, {served_name(model)}: host CPU (all threads)"
+    print(
+        f"{name}: {cpu * 1000:.3f} ms; NPU {npu * 1000:.2f} ms; DeepStack {deepstack * 1000:.3f} ms"
+    )
+    return [
+        {
+            "name": f"{name} vs its NPU time",
+            "unit": "ms of CPU per frame; reference: the frame's NPU time, same run",
+            "ours": cpu * 1000,
+            "reference": npu * 1000,
+            "ratio": cpu / npu,
+            "target": "ours/reference <= 0.03",
+            "ok": cpu / npu <= 0.03,
+        },
+        {
+            "name": f"{name} vs DeepStack's for the same frame",
+            "unit": "ms of CPU per frame; reference: a DeepStack request of its JPEG, same run",
+            "ours": cpu * 1000,
+            "reference": deepstack * 1000,
+            "ratio": cpu / deepstack,
+            "target": "ours/reference <= 0.25",
+            "ok": cpu / deepstack <= 0.25,
+        },
+    ]
+
+
+def served_name(model: str) -> str:
+    return {"yolo": "yolov8n"}.get(model, model)
+
+
+def cameras(
+    endpoint: str, pixels: np.ndarray, model_path: str, model_type: str, count: int, each: int
+) -> tuple[list[float], float]:
+    """``count`` Frigate clients sending ``each`` frames one at a time; latencies and wall
+    time (a frame Frigate would have timed out on counts its whole latency)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    clients = [
+        FrigateZmqClient(endpoint, model_path, model_type, request_timeout_ms=5000)
+        for _ in range(count)
+    ]
+
+    def camera(client: FrigateZmqClient) -> None:
+        for _ in range(each):
+            started = time.perf_counter()
+            client.detect_raw(pixels)
+            with lock:
+                latencies.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=camera, args=(client,)) for client in clients]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    for client in clients:
+        client.close()
+    return latencies, wall
+
+
+def four_cameras_rows(found: Doubles) -> list[dict]:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    server = start(found.zhouyi, "--models", "yolo", "--zmq", endpoint)
+    try:
+        pixels = frame_of(found.bus, (1, 3, 640, 640), "nchw")
+        before = npu_seconds(server, "yolov8n")
+        latencies, wall = cameras(endpoint, pixels, "yolov8n.cix", "yologeneric", 4, 60)
+        after = npu_seconds(server, "yolov8n")
+    finally:
+        server.stop()
+    npu = (after[0] - before[0]) / (after[1] - before[1])
+    rate, limit, p99 = len(latencies) / wall, 1 / npu, float(np.percentile(latencies, 99))
+    return [
+        {
+            "name": "Frigate zmq: 4 cameras, one frame in flight each, YOLOv8n p99",
+            "unit": "ms; reference: Frigate's default request timeout",
+            "ours": p99 * 1000,
+            "reference": FRIGATE_TIMEOUT_S * 1000,
+            "ratio": p99 / FRIGATE_TIMEOUT_S,
+            "target": "ours/reference < 1",
+            "ok": p99 < FRIGATE_TIMEOUT_S,
+        },
+        {
+            "name": "Frigate zmq: 4 cameras, YOLOv8n throughput",
+            "unit": "frames/s; reference: the NPU-bound limit, 1 / measured NPU time",
+            "ours": rate,
+            "reference": limit,
+            "ratio": rate / limit,
+            "target": "ours/reference >= 0.95",
+            "ok": rate / limit >= 0.95,
+        },
+    ]
+
+
+def workers_row(found: Doubles, rounds: int = 2) -> dict:
+    env = {**found.rocket, "TEFLON_DOUBLE_INFER_MS": "48"}
+    pixels = frame_of(found.bus, (1, 320, 320, 3), "nhwc")
+    rates: dict[int, list[float]] = {1: [], 3: []}
+    for _ in range(rounds):
+        for workers in (1, 3):  # in turns
+            endpoint = f"tcp://127.0.0.1:{free_port()}"
+            server = start(env, "--models", "ssdlite", "--workers", str(workers), "--zmq", endpoint)
+            try:
+                latencies, wall = cameras(endpoint, pixels, "ssdlite.tflite", "ssd", 6, 12)
+                rates[workers].append(len(latencies) / wall)
+            finally:
+                server.stop()
+    one, three = float(np.median(rates[1])), float(np.median(rates[3]))
+    return {
+        "name": "Frigate zmq: RK3588 SSDLite throughput, --workers 3 vs 1 (three cores)",
+        "unit": "frames/s; reference: --workers 1 in the same rounds",
+        "ours": three,
+        "reference": one,
+        "ratio": three / one,
+        "target": "ours/reference >= 2.5",
+        "ok": three / one >= 2.5,
+    }
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as scratch:
+        found = doubles(Path(scratch))
+        results = [
+            *host_rows(found.zhouyi, "yolo", found.bus, "yolov8n.cix", "yologeneric"),
+            *host_rows(
+                {**found.rocket, "TEFLON_DOUBLE_INFER_MS": "48"},
+                "ssdlite",
+                found.bus,
+                "ssdlite_mobiledet.tflite",
+                "ssd",
+            ),
+            *four_cameras_rows(found),
+            workers_row(found),
+        ]
+    return 0 if print_rows(results, BENCH) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
