@@ -156,13 +156,8 @@ def start_beside_the_tests(request, cancel: threading.Event) -> Callable[[], boa
     return lambda: _boot(qemu, guest, cases, at_boot, cancel)
 
 
-def _boot(
-    qemu: Path,
-    guest: guest_root.GuestRoot,
-    cases: Path,
-    at_boot: list[Path],
-    cancel: threading.Event,
-) -> board.Run:
+def _write_cases(cases: Path) -> Path:
+    """The golden cases (cases.json) and the served models; the models' folder."""
     listed = []
     for name in CASES:
         if name in DETECTORS:
@@ -178,6 +173,17 @@ def _boot(
     DETECTORS[SERVED_DETECTOR_CASE](models / SERVED_DETECTOR)
     # MobileNetV2 at the addition scales Mesa programs (the case that agrees).
     conv_stack(models / SERVED_V2, **BUILDERS["mobilenet-v2-classifier-table-scales"])
+    return models
+
+
+def _boot(
+    qemu: Path,
+    guest: guest_root.GuestRoot,
+    cases: Path,
+    at_boot: list[Path],
+    cancel: threading.Event,
+) -> board.Run:
+    models = _write_cases(cases)
     v2_tensor = np.random.default_rng(9).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
     v2_cpu = cpu_scores(models / SERVED_V2, v2_tensor)
     picture = cases / "picture.jpg"
@@ -187,6 +193,10 @@ def _boot(
     pixels = np.random.default_rng(6).integers(0, 256, (480, 640, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(scene, quality=95)
     cpu_answer = cpu_detections(models / SERVED_DETECTOR, scene)
+    # Frigate's frame: the scene at the detector's input size, as Frigate resizes a region.
+    frame = cases / "frame.png"
+    Image.open(scene).resize((320, 320), Image.BILINEAR).save(frame)
+    frame_cpu = cpu_detections(models / SERVED_DETECTOR, frame)
 
     def detect(port: int) -> dict:
         """Frigate's DeepStack detector's request: the frame as a multipart form."""
@@ -239,11 +249,14 @@ def _boot(
         connection.close()
         return answer
 
-    def served_on_every_core(port: int) -> dict:
-        """A DeepStack request alone, then CONCURRENT Triton clients at once, each sending
-        the same tensor in turn: the server's three NPU owners take them side by side."""
+    def served_on_every_core(ports: board.Forwarded) -> dict:
+        """A DeepStack request alone, Frigate's zmq frame, then CONCURRENT Triton clients at
+        once, each sending the same tensor in turn: the server's three NPU owners take them
+        side by side."""
+        port = ports.http
         first = classify(port)
         detected = detect(port)
+        zmq_frame = frigate_request(ports.zmq, frame, frame_cpu)
         second = infer(port, v2_tensor, "mobilenet-v2")
         tensor = np.random.default_rng(7).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
         alone = [infer(port, tensor) for _ in range(CONCURRENT)]
@@ -252,6 +265,7 @@ def _boot(
         return {
             "classify": first,
             "detect": detected,
+            "frigate": zmq_frame,
             "mobilenet-v2": {**second, "cpu": v2_cpu},
             "alone": alone,
             "infer": answers,
@@ -318,9 +332,31 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
             "case": SERVED_DETECTOR_CASE,
             "golden": doctor.get("golden.ssdlite", {}).get("summary"),
             "served": detection_verdict((run.served or {}).get("detect")),
+            "frigate_zmq": frigate_verdict((run.served or {}).get("frigate")),
         },
     }
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
+
+
+def frigate_request(port: int, frame: Path, cpu: list[dict]) -> dict:
+    """Frigate's zmq detector's model request and one frame (uint8, NHWC), with pyzmq as
+    Frigate does it; the CPU's detections of the same frame beside."""
+    from testkit.frigate_client import FrigateZmqClient
+
+    client = FrigateZmqClient(
+        f"tcp://127.0.0.1:{port}", "/config/ssdlite_mobiledet.tflite", "ssd", 600_000
+    )
+    try:
+        pixels = np.asarray(Image.open(frame).convert("RGB"))[None]
+        rows = client.detect_raw(pixels) if client.model_ready else None
+    finally:
+        client.close()
+    return {
+        "ready": client.model_ready,
+        "logged": client.logged,
+        "rows": None if rows is None else rows.tolist(),
+        "cpu": cpu,
+    }
 
 
 def cpu_scores(model: Path, tensor: np.ndarray) -> list[int]:
@@ -368,6 +404,33 @@ def detection_verdict(answer: dict | None) -> dict:
         f"{'the same' if labels else 'differ'}, smallest IoU {iou:.2f}, largest confidence "
         f"difference {score:.3f}",
         "label": cpu[0]["label"],
+    }
+
+
+def frigate_verdict(answer: dict | None) -> dict:
+    """The board's answer to Frigate's zmq frame against the CPU's detections of the same
+    frame: the same rows in order (class, score within 0.02), each box's IoU at least 0.9."""
+    if not answer or not answer.get("ready") or answer.get("rows") is None:
+        return {"passed": False, "verdict": f"no answer: {answer}"}
+    rows = [row for row in answer["rows"] if row[1] > 0]
+    cpu = answer["cpu"]
+    if len(rows) != len(cpu) or not cpu:
+        return {"passed": False, "verdict": f"{len(rows)} rows, {len(cpu)} detections on the CPU"}
+    from npuctl.platforms.rocket.detect import read_labels
+    from npuctl.platforms.rocket.golden import iou as overlap
+
+    labels = read_labels(None)
+    same = all(labels[int(row[0])] == d["label"] for row, d in zip(rows, cpu, strict=True))
+    score = max(abs(row[1] - d["confidence"]) for row, d in zip(rows, cpu, strict=True))
+    iou = min(
+        overlap(tuple(v * 320 for v in row[2:]), _corners(d))
+        for row, d in zip(rows, cpu, strict=True)
+    )
+    return {
+        "passed": same and score <= 0.02 and iou >= 0.9,
+        "verdict": f"{len(cpu)} rows as the CPU's detections: classes "
+        f"{'the same' if same else 'differ'}, smallest IoU {iou:.2f}, largest score "
+        f"difference {score:.3f}",
     }
 
 
@@ -561,6 +624,15 @@ def test_npuctl_serve_detects_what_the_cpu_detects(emulated):
 
 # What Teflon hands the NPU from the published SSDLite MobileDet (its 120-operation partition).
 NPU_OPERATIONS = {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "RESHAPE"}
+
+
+def test_frigates_zmq_detector_on_the_board_detects_what_the_cpu_detects(emulated):
+    """Frigate's own zmq detector logic (pyzmq) from the host to npuctl serve --zmq on the
+    board: its model request answered, and the frame's 20 rows the CPU's detections."""
+    assert not emulated.serve_error, emulated.serve_error
+    verdict = frigate_verdict(emulated.served.get("frigate"))
+    print(f"\nFrigate's zmq frame: {verdict['verdict']}")
+    assert verdict["passed"], verdict
 
 
 def test_mesas_addition_table_is_five_chains_of_three():

@@ -95,8 +95,20 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, port: int) -> list[str]:
+@dataclass(frozen=True)
+class Forwarded:
+    """The host's ports of the guest's npuctl serve: HTTP, and Frigate's ZeroMQ detector."""
+
+    http: int
+    zmq: int
+
+
+def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, ports: Forwarded) -> list[str]:
     machine = pins.machine
+    forwards = (
+        f"hostfwd=tcp:127.0.0.1:{ports.http}-:{machine['serve_port']},"
+        f"hostfwd=tcp:127.0.0.1:{ports.zmq}-:{machine['zmq_port']}"
+    )
     return [
         str(qemu),
         "-M", machine["name"],
@@ -107,7 +119,7 @@ def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, port: int) -
         "-kernel", str(guest.kernel),
         "-initrd", str(initrd),
         "-append", f"{machine['append']} rdinit=/lab/init",
-        "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{port}-:{machine['serve_port']}",
+        "-netdev", f"user,id=net0,{forwards}",
         "-device", "virtio-net-device,netdev=net0",
     ]  # fmt: skip
 
@@ -170,20 +182,20 @@ def boot(
     cases: Path,
     debs: list[Path],
     work: Path,
-    while_serving: Callable[[int], Any],
+    while_serving: Callable[[Forwarded], Any],
     timeout: float = 1800,
     cancelled: threading.Event | None = None,
 ) -> Run:
     """One boot of the board: every job the guest runs, and ``while_serving``'s answer
     while npuctl serve listens. ``cancelled`` (set by whoever waits no longer) ends QEMU."""
     initrd = _initrd(guest, cases, debs, work)
-    port = free_port()
+    ports = Forwarded(free_port(), free_port())
     log = work / "console.log"
     lines: list[str] = []
     ready = threading.Event()
     started = time.monotonic()
     process = subprocess.Popen(
-        command(pins, qemu, guest, initrd, port),
+        command(pins, qemu, guest, initrd, ports),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -217,7 +229,7 @@ def boot(
         ready.wait(1)
     if ready.is_set() and not stop.is_set():
         try:
-            run.served = while_serving(port)
+            run.served = while_serving(ports)
         except Exception as error:  # the guest must finish either way; the test says why
             run.serve_error = f"{type(error).__name__}: {error}"
         run.marks.append((round(time.monotonic() - started, 1), REQUESTS_DONE))

@@ -89,6 +89,13 @@ def render(report: dict, source: str) -> str:
             f"{'passed' if served_detections['passed'] else 'failed'}, "
             f"{served_detections['verdict']}.",
         ]
+        zmq = detector.get("frigate_zmq")
+        if zmq:
+            lines += [
+                "Frigate's zmq detector (`npuctl serve --zmq`), its model request and a frame at",
+                "the detector's input size, against the CPU interpreter's detections of that",
+                f"frame: {'passed' if zmq['passed'] else 'failed'}, {zmq['verdict']}.",
+            ]
     return "\n".join(lines) + "\n"
 
 

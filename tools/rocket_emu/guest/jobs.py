@@ -19,6 +19,7 @@ DEBS = Path("/lab/debs")
 MODELS = CASES / "models"
 TEFLON = "/usr/lib/teflon/libteflon.so"
 PORT = 8000
+ZMQ_PORT = 5555  # emulation/rk3588.yaml's machine ports
 WORKERS = 3  # the RK3588's NPU cores
 CHILD_SECONDS = 900
 ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_TIMEOUT": "900"}
@@ -209,6 +210,7 @@ def serve() -> None:
     command = [
         "npuctl", "serve", "--host", "0.0.0.0", "--port", str(PORT),
         "--models", "mobilenet,mobilenet-v2,ssdlite", "--workers", str(WORKERS),
+        "--zmq", f"tcp://*:{ZMQ_PORT}",
     ]  # fmt: skip
     server = subprocess.Popen(command, env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + CHILD_SECONDS
