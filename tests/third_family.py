@@ -235,6 +235,7 @@ def _description(commit: str, tree_id: str) -> dict:
         module=MODULE,
         platform_driver=MODULE,
         npuctl_platform=FAMILY,
+        family_names=["demo board", "demo-runtime"],
         npuctl_description={
             "npu": "the demo NPU of the demo board (demo-dkms)",
             "board": "the demo board (demo)",
@@ -251,6 +252,7 @@ def _description(commit: str, tree_id: str) -> dict:
             "distribution": "unstable",
         },
     )
+    document["package"].pop("user_space", None)  # rocket's Teflon: the demo has none
     document["upstream"] = {
         "repository": "https://example.org/demo-npu.git",
         "commit": commit,

@@ -120,6 +120,7 @@ class Guard(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None  # heads watched again after it
         self._deaf = False  # nothing more is handed on: a refusal was, or the connection ends
         self._closed = False
+        self._ignored = 0  # bytes read and dropped since the connection went deaf
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -140,6 +141,11 @@ class Guard(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._deaf:
+            # Read away while the answer is made, but no further than a head's worth: a
+            # client pushing on after its refusal waits on the kernel's buffers instead.
+            self._ignored += len(data)
+            if self._ignored > self.limits.max_head and self.transport is not None:
+                self.transport.pause_reading()
             return
         if self.in_request:
             self.inner.data_received(data)
