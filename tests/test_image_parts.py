@@ -157,3 +157,27 @@ def test_mmdebstrap_runs_the_maintainer_scripts_on_the_faster_emulated_cpu(
     [environment] = seen
     assert environment["QEMU_CPU"] == expected
     assert environment["SOURCE_DATE_EPOCH"] == str(EPOCH)
+
+
+def test_an_image_carries_the_user_space_build_its_family_wants(monkeypatch):
+    """npuctl-rocket asks for its family's user space: on arm64 the wanted Teflon build's
+    .debs (dkms/rocket-dkms.yaml's user_space, each pinned by checksum), on amd64, for which
+    Debian builds no Teflon, none; an image that does not ask gets none."""
+    import yaml
+
+    from pipeline.config import load_package
+
+    described = load_package("rocket-dkms").user_space
+    assert described is not None
+    document = yaml.safe_load(described.read_text(encoding="utf-8"))
+    wanted = next(b for b in document["builds"] if b["version"] == document["wanted"])
+    asked: list[list[dict]] = []
+    monkeypatch.setattr(
+        rootfs, "pinned_debs", lambda debs, _where: asked.append(debs) or [Path("x.deb")]
+    )
+    rocket = load("npuctl-rocket")
+    assert rocket.user_space and rootfs.user_space_debs(rocket, "arm64") == [Path("x.deb")]
+    assert asked == [wanted["debs"]]
+    assert rootfs.user_space_debs(rocket, "amd64") == []
+    assert rootfs.user_space_debs(load("npuctl"), "arm64") == []
+    assert "mesa-teflon-delegate" not in str(rocket.archive_packages)

@@ -59,7 +59,7 @@ class RocketBoard(BoardImage):
         teflon = root / "usr/lib/teflon/libteflon.so"
         teflon.parent.mkdir(parents=True, exist_ok=True)
         teflon.write_bytes(delegate.read_bytes())
-        self.teflon_version("26.1.6-1~bpo13+1")
+        self.teflon_version("26.2.6-1")  # the wanted build (teflon.yaml)
 
     def accel(self, mode: int, *, gid: int = RENDER_GID) -> Path:
         return char_device(self.root, DEVICE, mode, gid, 261, 0)
@@ -69,4 +69,14 @@ class RocketBoard(BoardImage):
         self.command(
             "dpkg-query",
             'v=$(cat "$NPUCTL_ROOT/fixture/teflon-version"); [ -n "$v" ] || exit 1; printf %s "$v"',
+        )
+
+    def teflon_candidate(self, version: str | None) -> None:
+        """What 'apt-cache policy' says apt would install (the board's sources and pins)."""
+        self.data("teflon-candidate", version or "(none)")
+        self.command(
+            "apt-cache",
+            'c=$(cat "$NPUCTL_ROOT/fixture/teflon-candidate")\n'
+            'printf "mesa-teflon-delegate:\\n  Installed: x\\n  Candidate: %s\\n" "$c"\n'
+            'printf "  Version table:\\n     %s 500\\n        500 http://deb.debian.org\\n" "$c"',
         )

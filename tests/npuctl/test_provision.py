@@ -173,3 +173,26 @@ def test_provision_without_an_npu_asks_which_platform(board, tmp_path):
     empty.remove("sys/bus/acpi/devices/CIXH4000:00")
     line = one_line_error(provision(board, empty, "--dry-run"), 2)
     assert "no supported NPU on this machine: pass --platform (zhouyi, rocket)" in line
+
+
+def test_every_written_file_is_recorded_for_the_packages_purge(board, image):
+    """Provision records each file it writes with its checksum, in sha256sum's format, where
+    npuctl's postrm reads it on purge (the file it still finds as written goes); --undo
+    forgets it again."""
+    from npuctl.provision.site_files import RECORD
+
+    postrm = Path(__file__).resolve().parents[2] / "debian/npuctl/npuctl.postrm"
+    assert f"RECORD={RECORD}\n" in postrm.read_text()
+    result = provision(board, image, "--only", "ld-path")
+    assert result.returncode == 0, result.stderr
+    record = image.root / RECORD.lstrip("/")
+    lines = record.read_text().splitlines()
+    assert [line.split("  ")[1] for line in lines] == ["/etc/ld.so.conf.d/cix-noe.conf"]
+    relative = "".join(line.replace("  /", "  ", 1) + "\n" for line in lines)
+    check = subprocess.run(
+        ["sha256sum", "--check", "--strict", "-"],
+        input=relative, cwd=image.root, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    provision(board, image, "--only", "ld-path", "--undo")
+    assert not record.exists()

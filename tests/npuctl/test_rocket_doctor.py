@@ -4,6 +4,7 @@ check run for real: the Teflon double in a child, a model built at test time."""
 
 import json
 import shutil
+import tarfile
 
 import pytest
 
@@ -134,14 +135,26 @@ def test_a_detector_the_npu_answers_wrongly_fails_its_golden_check(rocket, image
     assert finding["fix"]
 
 
-def test_a_classifier_with_additions_the_npu_answers_wrongly_names_mesas_table(
-    rocket, image, model, tmp_path
+@pytest.mark.parametrize(
+    ("installed", "candidate", "fix"),
+    [
+        # The board's sources have the wanted build (the project's trixie-teflon suite).
+        ("26.1.6-1~bpo13+1", "26.2.6-1", "sudo npuctl provision --only teflon-pin --only teflon"),
+        # They do not: the project's repository first.
+        ("26.1.6-1~bpo13+1", "26.1.6-1~bpo13+1", "add trixie-teflon to the project's apt"),
+    ],
+)
+def test_a_classifier_with_additions_the_npu_answers_wrongly_names_the_teflon(
+    rocket, image, model, tmp_path, installed, candidate, fix
 ):
     """A classifier with residual additions (MobileNet V2's shape) that the NPU answers
-    wrongly: the finding names Mesa's addition scales, and the fix serves the others."""
+    wrongly under Mesa 26.1: the finding names the installed Teflon and what its release adds
+    wrongly, and the fix brings the release that adds right."""
     pytest.importorskip("tflite", reason="PyPI's tflite builds the test models: run 'make deps'")
     from testkit.tflite_models import ConvLayer, conv_stack
 
+    image.teflon_version(installed)
+    image.teflon_candidate(candidate)
     block = [
         ConvLayer(8, linear=True),
         ConvLayer(48),
@@ -158,11 +171,55 @@ def test_a_classifier_with_additions_the_npu_answers_wrongly_names_mesas_table(
     finding = checks["golden.mobilenet-v2"]
     assert finding["status"] == "failure"
     assert "the NPU and the CPU disagree" in finding["summary"]
+    assert f"Mesa Teflon {installed} adds (residual additions, ADD) wrongly" in finding["detail"]
     assert "The model has 1 additions (ADD)" in finding["detail"]
-    assert "SSDLite MobileDet" in finding["detail"]
-    assert finding["fix"] == "serve the others: npuctl serve --models mobilenet,ssdlite"
-    # The same failure without additions keeps the memory finding's advice.
+    assert "serve the others: npuctl serve --models mobilenet,ssdlite" in finding["detail"]
+    assert fix in finding["fix"]
+    # The same failure of a model the release is not known to break keeps the memory advice.
     assert "additions" not in checks["golden"]["detail"]
+    assert "mem=3838M" in checks["golden"]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("installed", "status", "words"),
+    [
+        ("26.2.6-1", "ok", "Mesa Teflon 26.2.6-1: computes every model npuctl serves"),
+        ("26.2.9-1", "ok", "Mesa Teflon 26.2.9-1: computes every model npuctl serves"),
+        ("26.1.6-1~bpo13+1", "warning", "Mesa Teflon 26.1.6-1~bpo13+1: adds (residual"),
+        ("25.3.2-1", "info", "a release this npuctl was not checked against"),
+    ],
+)
+def test_the_doctor_knows_what_the_installed_teflon_computes(
+    rocket, image, installed, status, words
+):
+    """teflon.version, from the family's teflon.yaml: a release known to add wrongly is a
+    warning whose detail names the served model it breaks; the JSON carries the version."""
+    image.teflon_version(installed)
+    image.teflon_candidate("26.2.6-1")
+    code, checks = doctor(rocket, image, "--quick")
+    finding = checks["teflon.version"]
+    assert finding["status"] == status, finding
+    assert words in finding["summary"], finding
+    if status == "warning":
+        assert code == 10
+        assert "Of the models npuctl serves: mobilenet-v2." in finding["detail"]
+        assert "MobileNet V2 as published" in finding["detail"]
+        assert "Mesa 26.2 computes them." in finding["detail"]
+        assert finding["fix"] == "sudo npuctl provision --only teflon-pin --only teflon"
+    else:
+        assert code == 0, not_ok(checks)
+        assert not finding.get("fix")
+    bundle = image.root.parent / "bundle.tar.gz"
+    result = rocket.npuctl(
+        "doctor", "--json", "--quick", "--bundle", str(bundle),
+        extra_env={"NPUCTL_ROOT": str(image.root), "NPUCTL_IDENTITY": USER,
+                   "NPUCTL_TEFLON": DEFAULT_DELEGATE},
+    )  # fmt: skip
+    assert json.loads(result.stdout)["facts"]["teflon"] == installed
+    with tarfile.open(bundle) as archive:
+        member = archive.extractfile("npuctl-doctor/doctor.json")
+        assert member is not None
+        assert json.loads(member.read())["facts"]["teflon"] == installed
 
 
 def test_quick_skips_only_the_golden_check(rocket, image):

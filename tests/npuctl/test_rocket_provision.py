@@ -51,9 +51,12 @@ def test_dry_run_shows_the_apt_lines_and_changes_nothing(rocket, image):
     result = provision(rocket, image, "--dry-run", *only(*ACTIONS))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "[would do] teflon: install mesa-teflon-delegate from trixie-backports" in out
-    assert "    apt-get install -y -t trixie-backports mesa-teflon-delegate" in out
+    assert "[would do] teflon: install mesa-teflon-delegate: Mesa 26.2 from the project's" in out
+    assert "    apt-get install -y mesa-teflon-delegate" in out
     assert "Pin: release n=trixie-backports" in out
+    # Exactly three packages follow the project's trixie-teflon suite, nothing else.
+    pinned = "Package: mesa-teflon-delegate libdrm2 libdrm-common\n        Pin: release n="
+    assert pinned + "trixie-teflon" in out
     assert "Suites: trixie-backports" in out
     assert calls(image) == []
     assert not (image.root / "etc/apt/preferences.d").exists()
@@ -69,10 +72,10 @@ def test_apply_is_idempotent_and_undo_reverses(rocket, image):
     source = image.root / "etc/apt/sources.list.d/npuctl-trixie-backports.sources"
     assert source.read_bytes() == (SITE_FILES / "npuctl-trixie-backports.sources").read_bytes()
     assert "render:x:109:opi" in (image.root / "etc/group").read_text()
-    assert "apt-get install -y -t trixie-backports mesa-teflon-delegate" in calls(image)
+    assert "apt-get install -y mesa-teflon-delegate" in calls(image)
     assert any(c.startswith("python3 -m pip install --quiet --target") for c in calls(image))
 
-    image.teflon_version("26.1.6-1~bpo13+1")  # what the install brought
+    image.teflon_version("26.2.6-1")  # what the install brought
     (image.root / "var/lib/npuctl/python/ai_edge_litert").mkdir(parents=True)
     again = provision(rocket, image, *only(*ACTIONS))
     assert again.returncode == 0, again.stderr
@@ -82,6 +85,25 @@ def test_apply_is_idempotent_and_undo_reverses(rocket, image):
     assert undone.returncode == 0, undone.stderr
     assert not pin.exists() and not source.exists()
     assert not (image.root / "var/lib/npuctl/python").exists()
+
+
+@pytest.mark.parametrize(
+    ("installed", "candidate", "done"),
+    [
+        ("26.2.6-1", "26.2.6-1", True),  # the wanted release
+        ("26.1.6-1~bpo13+1", "26.1.6-1~bpo13+1", True),  # nothing newer to be had here
+        ("26.1.6-1~bpo13+1", "26.2.6-1", False),  # trixie-teflon pinned: the upgrade
+        ("25.0.7-2", "26.1.6-1~bpo13+1", False),  # too old to drive rocket
+    ],
+)
+def test_teflon_is_done_at_the_wanted_release_or_the_newest_to_be_had(
+    rocket, image, installed, candidate, done
+):
+    image.teflon_version(installed)
+    image.teflon_candidate(candidate)
+    result = provision(rocket, image, "--dry-run", *only("teflon"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("[already] teflon" if done else "[would do] teflon"), result
 
 
 def test_an_existing_backports_source_is_enough(rocket, image):

@@ -434,3 +434,34 @@ def test_rocket_names_the_served_model_that_does_not_load(rocket_models):
     (line,) = [line for line in result.stderr.splitlines() if "npuctl" in line and "load" in line]
     assert str(broken) in line and "does not load" in line, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("installed", "warned"), [("26.1.6-1~bpo13+1", True), ("26.2.6-1", False)])
+def test_rocket_says_which_served_model_the_installed_teflon_computes_wrongly(
+    rocket_models, tmp_path, installed, warned
+):
+    """On a board whose Teflon is known to add wrongly (Mesa 26.1: teflon.yaml), serving
+    MobileNet V2 logs one line naming the model, the Teflon and what to install; the model
+    is served as asked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    dpkg_query = bin_dir / "dpkg-query"
+    dpkg_query.write_text(f"#!/bin/sh\nprintf %s '{installed}'\n")
+    dpkg_query.chmod(0o755)
+    env = {
+        **rocket_models.env,
+        "NPUCTL_PLATFORM": "rocket",
+        "PATH": f"{bin_dir}:{rocket_models.env.get('PATH', '')}",
+    }
+    server = start(env, "--models", "mobilenet,mobilenet-v2")
+    try:
+        assert server.request("GET", "/v2/models/mobilenet-v2/ready").status == 200
+    finally:
+        assert server.stop() == 0
+    lines = [line for line in server.stderr.splitlines() if "Mesa Teflon" in line]
+    if warned:
+        (line,) = lines
+        assert f"mobilenet-v2: Mesa Teflon {installed} adds (residual additions, ADD)" in line
+        assert "npuctl doctor says how to install Mesa 26.2" in line
+    else:
+        assert lines == []

@@ -125,6 +125,7 @@ def preflight(wanted: list[tuple[Definition, str]], dist: Path) -> None:
     source_epoch()
     for definition, architecture in wanted:
         rootfs.local_debs(definition, dist, version)
+        rootfs.user_space_debs(definition, architecture)
         rootfs.check_emulation(architecture)
     suites = {s for d, a in wanted for s in d.suites_for(a)}
     rootfs.check_archive(tuple(sorted(suites)))
@@ -141,7 +142,10 @@ def build(
     """Build one image; ``preflight`` has passed for it."""
     version = npuctl_version()
     name = f"localhost/{definition.name}:{version}"
-    debs = rootfs.local_debs(definition, dist, version)
+    debs = [
+        *rootfs.local_debs(definition, dist, version),
+        *rootfs.user_space_debs(definition, architecture),
+    ]
     epoch = source_epoch()
     folder = work / f"{definition.name}-{architecture}"
     root, log = folder / "root", folder / "build.log"

@@ -35,6 +35,7 @@ class Definition:
     archive_packages: dict[str, tuple[str, ...]]
     wheels: Wheels | None
     size_limit_mb: int
+    user_space: bool = False  # the families' wanted user-space builds (their descriptions')
 
     def stem(self, version: str, architecture: str) -> str:
         """The file name of this image's archive, SBOM and summary, without the suffix."""
@@ -87,4 +88,5 @@ def load(name: str, directory: Path = IMAGES_DIR) -> Definition:
         },
         wheels=Wheels(directory / wheels["requirements"], wheels["target"]) if wheels else None,
         size_limit_mb=data["size_limit_mb"],
+        user_space=bool(data.get("user_space", False)),
     )

@@ -13,8 +13,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 import arm64_emulation
-from pipeline.config import DEBIAN_MIRROR
+from pipeline.config import debian_mirror, load_package, package_names
+from pipeline.errors import BuildError
+from pipeline.fetch import pinned_debs
 from pipeline.tools import run
 
 from . import workspace
@@ -39,7 +43,7 @@ FILE_MIRROR_HOOK = Path("/usr/share/mmdebstrap/hooks/file-mirror-automount")
 
 
 def mirror() -> str:
-    return (os.environ.get("DEBIAN_MIRROR") or DEBIAN_MIRROR).rstrip("/")
+    return debian_mirror()
 
 
 def check_emulation(architecture: str) -> None:
@@ -77,6 +81,29 @@ def local_debs(definition: Definition, dist: Path, version: str) -> list[Path]:
             f"{missing[0]} is missing: build the packages first ('make deb')", ExitCode.INPUT
         )
     return [deb.resolve() for deb in debs]
+
+
+def user_space_debs(definition: Definition, architecture: str) -> list[Path]:
+    """The user space each of the image's families wants (its driver description's
+    user_space: the wanted build's .debs, pinned by checksum), for the architectures Debian
+    built it for; none unless the image asks for it."""
+    if not definition.user_space:
+        return []
+    found: list[Path] = []
+    for package in package_names():
+        config = load_package(package)
+        if config.npuctl_platform not in definition.families or config.user_space is None:
+            continue
+        document = yaml.safe_load(config.user_space.read_text(encoding="utf-8"))
+        build = next(b for b in document["builds"] if b["version"] == document["wanted"])
+        debs = build["debs"]
+        if not any(deb["file"].endswith(f"_{architecture}.deb") for deb in debs):
+            continue  # not built for this architecture: a delegate comes by CDI
+        try:
+            found += pinned_debs(debs, config.user_space.name)
+        except BuildError as error:
+            raise ImageError(str(error), ExitCode.INPUT) from None
+    return found
 
 
 def tool(name: str, package: str) -> str:

@@ -7,6 +7,7 @@ templates (dkms/dkms.conf.j2, debian/dkms/) and the code here serve every one of
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,13 @@ PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>/ and npuc
 DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
 METAINFO_TEMPLATE = REPO_ROOT / "debian" / "dkms-metainfo.xml.j2"  # its AppStream metadata
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
+
+
+def debian_mirror() -> str:
+    """The Debian archive to download from: DEBIAN_MIRROR names another one."""
+    return (os.environ.get("DEBIAN_MIRROR") or DEBIAN_MIRROR).rstrip("/")
+
+
 PACKAGE_SCHEMA = DKMS_DIR / "package.schema.json"  # what a description may hold
 
 _KERNEL_VERSION = re.compile(r"^(\d+)\.(\d+)$")
@@ -183,6 +191,10 @@ class Config:
     appstream: dict[str, Any]
     directory: Path
     local_suffix: str = ""  # only for test builds of a "next" version
+    # The family's user space as the project carries it: a description (relative to the
+    # tree) of the Debian builds it knows, the one a board should have ("wanted") and the
+    # suite of the project's apt repository that carries it ("repository_suite").
+    user_space: Path | None = None
 
     @property
     def patches_dir(self) -> Path:
@@ -411,6 +423,11 @@ def load_config(path: Path) -> Config:
             },
         ),
         appstream=dict(data["appstream"]),
+        user_space=(
+            path.parent.parent / data["package"]["user_space"]
+            if data["package"].get("user_space")
+            else None
+        ),
         directory=path.resolve().parent,
     )
     return config

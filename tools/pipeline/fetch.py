@@ -280,3 +280,21 @@ def sha256_of(path: Path) -> str:
         while chunk := stream.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def pinned_debs(debs: list[dict], pinned_in: str) -> list[Path]:
+    """Debian's .debs named by pool file and sha256 (a family's user-space builds): from the
+    archive once, checked, cached."""
+    from .config import debian_mirror
+
+    found = []
+    for deb in debs:
+        target = cache_root() / "debs" / Path(deb["file"]).name
+        if not target.is_file() or sha256_of(target) != deb["sha256"]:
+            download(f"{debian_mirror()}/{deb['file']}", target, deb["sha256"], pinned_in)
+        found.append(target)
+    return found
+
+
+def pinned_debs_cached(debs: list[dict]) -> bool:
+    return all((cache_root() / "debs" / Path(deb["file"]).name).is_file() for deb in debs)

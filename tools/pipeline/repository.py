@@ -4,9 +4,14 @@ published one, and it replaces the published one only when complete.
 
 One distribution per supported Debian release (the packages are the same: DKMS sources and
 Python are architecture-independent), component main, indexes for arm64 and all, sources
-included. aptly rather than reprepro: reprepro 5.3 (Debian 12 and 13) cannot publish the
-binary-all indexes. The key comes from an exported secret key file or a GnuPG home; without
-either a throwaway key is made and called one."""
+included. One more per family whose description names its user space (package.user_space):
+the build of it the family wants, each .deb as Debian built it (fetched and checked against
+its pinned checksum), in a NotAutomatic suite of its own that a board follows only for the
+packages npuctl provision pins.
+
+aptly rather than reprepro: reprepro 5.3 (Debian 12 and 13) cannot publish the binary-all
+indexes. The key comes from an exported secret key file or a GnuPG home; without either a
+throwaway key is made and called one."""
 
 from __future__ import annotations
 
@@ -22,8 +27,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from . import identity
+from .config import load_package, package_names
 from .errors import BuildError, ExitCode
+from .fetch import pinned_debs
 from .tools import require_tool, run
 
 CODENAMES = ("bookworm", "trixie", "sid")
@@ -263,17 +272,12 @@ def build_repository(
                         path,
                     )
                 aptly("repo", "add", name, keyring_deb)
-                aptly(
-                    "publish",
-                    "repo",
-                    "-architectures=arm64,all,source",
-                    "-batch",
-                    "-passphrase=",
-                    f"-gpg-key={key.fingerprint}",
-                    f"-origin={ORIGIN}",
-                    f"-label={ORIGIN}",
-                    name,
-                )
+                aptly(*_publish(key, name))
+            for suite, debs in user_space_suites():
+                name = f"{ORIGIN}-{suite}"
+                aptly("repo", "create", f"-distribution={suite}", "-component=main", name)
+                aptly("repo", "add", name, *debs)
+                aptly(*_publish(key, name, "-notautomatic=yes", "-butautomaticupgrades=yes"))
             staging.rmdir()
             shutil.copytree(aptly.public, staging)
             shutil.copyfile(keyring_deb, staging / keyring_deb.name)
@@ -286,6 +290,36 @@ def build_repository(
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return key
+
+
+def _publish(key: SigningKey, name: str, *options: str) -> list[str]:
+    return [
+        "publish",
+        "repo",
+        "-architectures=arm64,all,source",
+        "-batch",
+        "-passphrase=",
+        f"-gpg-key={key.fingerprint}",
+        f"-origin={ORIGIN}",
+        f"-label={ORIGIN}",
+        *options,
+        name,
+    ]
+
+
+def user_space_suites() -> list[tuple[str, list[Path]]]:
+    """Each family's user-space suite and the .debs of the build it wants (downloaded once,
+    checked against the description's checksums, cached)."""
+    found = []
+    for package in package_names():
+        described = load_package(package).user_space
+        if described is None:
+            continue
+        document = yaml.safe_load(described.read_text(encoding="utf-8"))
+        build = next(b for b in document["builds"] if b["version"] == document["wanted"])
+        debs = pinned_debs(build["debs"], described.name)
+        found.append((str(document["repository_suite"]), debs))
+    return found
 
 
 class _Aptly:

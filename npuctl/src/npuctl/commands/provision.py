@@ -15,7 +15,7 @@ from ..families import all_platforms, by_name, detect
 from ..models.download import fetch
 from ..models.store import SYSTEM_DIR, Lock
 from ..params import root_option
-from ..provision.actions import ProvisionError, Request
+from ..provision.actions import COMMAND_TIMEOUT_SECONDS, ProvisionError, Request
 from ..provision.blacklist import lift_blacklist_action
 from ..provision.site_files import nfd_action
 from ..settings import Settings, pass_settings
@@ -73,7 +73,7 @@ def provision(
     root: Path,
     **options: object,
 ) -> None:
-    system = System(root)
+    system = System(root, timeout=COMMAND_TIMEOUT_SECONDS)
     platform = _platform(system, settings.platform)
     known = (*platform.provision_actions, *SHARED_ACTIONS)
     unknown = [name for name in only if name not in known]

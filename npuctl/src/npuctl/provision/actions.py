@@ -19,6 +19,11 @@ class ProvisionError(NpuctlError):
     code = ExitCode.USAGE
 
 
+# What provision runs changes the system (apt-get update and install, pip install on a slow
+# board's network): it may take many minutes, and is given an hour before it counts as hung.
+COMMAND_TIMEOUT_SECONDS = 3600.0
+
+
 @dataclass
 class Action:
     name: str

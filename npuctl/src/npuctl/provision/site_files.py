@@ -1,10 +1,13 @@
 """The files 'npuctl provision' installs: the project's provision/npuctl folder, shipped in
 npuctl as provision/files, for the actions every family shares, and each family's own
 site-files/ folder. Each folder's files.yaml says which action installs which file where; an
-action writes exactly these files and --undo removes exactly these."""
+action writes exactly these files and --undo removes exactly these. Every file written is
+recorded with its checksum (RECORD), so that purging the npuctl package removes the ones
+still as written (its postrm), and the system is as it was."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -17,6 +20,9 @@ from ..system import System
 from .actions import NFD_LABELS, Action, run_command, write_file
 
 FOLDER = files(__package__).joinpath("files")
+# What provision wrote and is still responsible for: "sha256  path" lines, read by npuctl's
+# postrm on purge (debian/npuctl/npuctl.postrm).
+RECORD = "/var/lib/npuctl/site-files"
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ def file_action(
     def apply() -> None:
         for site_file in site_files:
             write_file(system, site_file.destination, site_file.text())
+            _record(system, site_file.destination, site_file.text())
         if after_apply:
             after_apply()
 
@@ -91,6 +98,7 @@ def file_action(
             before_undo()
         for site_file in site_files:
             system.path(site_file.destination).unlink(missing_ok=True)
+            _record(system, site_file.destination, None)
         if after_undo:
             after_undo()
 
@@ -131,3 +139,25 @@ def nfd_action(system: System) -> Action:
         after_undo=lambda: system.path(NFD_LABELS).unlink(missing_ok=True),
         commands=("systemctl daemon-reload", "systemctl enable --now npuctl-nfd.timer"),
     )
+
+
+def recorded(system: System) -> dict[str, str]:
+    """The files provision wrote, by path, with the checksum of what it wrote."""
+    found = {}
+    for line in (system.read(RECORD) or "").splitlines():
+        checksum, _, path = line.partition("  ")
+        if checksum and path:
+            found[path] = checksum
+    return found
+
+
+def _record(system: System, destination: str, text: str | None) -> None:
+    """The record with ``destination`` as written now (None: removed)."""
+    entries = recorded(system)
+    entries.pop(destination, None)
+    if text is not None:
+        entries[destination] = hashlib.sha256(text.encode()).hexdigest()
+    if entries:
+        write_file(system, RECORD, "".join(f"{s}  {p}\n" for p, s in sorted(entries.items())))
+    else:
+        system.path(RECORD).unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from npuctl.platform import Board
 from npuctl.system import System, board_name
 
 from . import late_load
+from . import teflon as teflon_description
 from .child import LOADED, NO_DEVICE
 from .child import MODULE as PROBE_MODULE
 from .facts import DEFAULT_DELEGATE, locate
@@ -27,8 +28,6 @@ from .golden import TOLERANCE
 
 DRIVER = for_platform("rocket")
 CORE = DRIVER.compatibles[0]
-TEFLON_PACKAGE = "mesa-teflon-delegate"
-TEFLON_MINIMUM = (25, 3)  # Mesa added the rocket driver to Teflon in 25.3
 TEFLON_FIX = "sudo npuctl provision --only backports --only teflon-pin --only teflon"
 CORES = 3
 MEMORY_LIMIT_KB = 4 * 1024 * 1024
@@ -314,17 +313,6 @@ def _late_load_explainer(system: System) -> UnboundExplainer:
     return explain
 
 
-def teflon_version(system: System) -> str | None:
-    result = system.run("dpkg-query", "-W", "-f=${Version}", TEFLON_PACKAGE)
-    return result.stdout.strip() if result and result.ok and result.stdout.strip() else None
-
-
-def teflon_release(version: str | None) -> tuple[int, int] | None:
-    """Mesa's major and minor release from a Debian version ("1:26.1.6-1~bpo13+1")."""
-    numbers = re.match(r"^(?:\d+:)?(\d+)\.(\d+)", version or "")
-    return (int(numbers[1]), int(numbers[2])) if numbers else None
-
-
 def _teflon(system: System, report: Report, delegate: Path) -> bool:
     if not system.exists(str(delegate)):
         report.add(
@@ -338,16 +326,18 @@ def _teflon(system: System, report: Report, delegate: Path) -> bool:
             )
         )
         return False
-    version = teflon_version(system)
+    version = teflon_description.installed(system)
+    known = teflon_description.description()
     if str(delegate) == DEFAULT_DELEGATE and version is not None:
-        release = teflon_release(version)
-        if release is not None and release < TEFLON_MINIMUM:
+        release = teflon_description.release(version)
+        if release is not None and release < known.minimum:
             report.add(
                 Finding(
                     "teflon.version",
                     "teflon",
                     Status.FAIL,
-                    f"Mesa Teflon {version}: too old to drive rocket (needs 25.3 or newer)",
+                    f"Mesa Teflon {version}: too old to drive rocket (needs "
+                    f"{'.'.join(map(str, known.minimum))} or newer)",
                     fix=TEFLON_FIX,
                 )
             )
@@ -365,7 +355,63 @@ def _teflon(system: System, report: Report, delegate: Path) -> bool:
             f"Mesa Teflon {version or '(not from a package)'}: {delegate}",
         )
     )
+    if str(delegate) == DEFAULT_DELEGATE and version is not None:
+        report.add(_known_release(system, version))
     return True
+
+
+def _upgrade_fix(system: System) -> str:
+    """The wanted release from the board's sources when one offers it (the project's
+    trixie-teflon suite, once pinned), else how to add that suite first."""
+    wanted = teflon_description.description().wanted_release
+    provision = "sudo npuctl provision --only teflon-pin --only teflon"
+    offered = [
+        teflon_description.release(version) for version in teflon_description.available(system)
+    ]
+    if any(release is not None and release >= wanted for release in offered):
+        return provision
+    return (
+        "add trixie-teflon to the project's apt source (Suites: trixie trixie-teflon, "
+        f"docs/installing.md), then sudo apt update && {provision}"
+    )
+
+
+def _known_release(system: System, version: str) -> Finding:
+    """What the installed Teflon's Mesa release is known to compute wrongly on the NPU
+    (teflon.yaml), and how to get the one that computes what npuctl serves."""
+    known = teflon_description.description()
+    wrong = known.wrong_in(version)
+    wanted = ".".join(map(str, known.wanted_release))
+    if wrong is None:
+        return Finding(
+            "teflon.version",
+            "teflon",
+            Status.INFO,
+            f"Mesa Teflon {version}: a release this npuctl was not checked against "
+            f"(it knows {', '.join('.'.join(map(str, r)) for r in sorted(known.releases))})",
+            "npuctl doctor's golden checks below say whether it computes the models here.",
+        )
+    if not wrong:
+        return Finding(
+            "teflon.version",
+            "teflon",
+            Status.OK,
+            f"Mesa Teflon {version}: computes every model npuctl serves",
+        )
+    served = sorted({name for item in wrong for name in item.served})
+    summary = f"Mesa Teflon {version}: " + "; and ".join(item.what for item in wrong)
+    detail = " ".join(f"Wrong on this release: {item.models}." for item in wrong)
+    if served:
+        detail += f" Of the models npuctl serves: {', '.join(served)}."
+    newer = known.wanted_release > (teflon_description.release(version) or (0, 0))
+    return Finding(
+        "teflon.version",
+        "teflon",
+        Status.WARN if newer else Status.INFO,
+        summary,
+        detail + (f" Mesa {wanted} computes them." if newer else ""),
+        fix=_upgrade_fix(system) if newer else None,
+    )
 
 
 def _runtime(report: Report) -> bool:
@@ -488,25 +534,34 @@ def _golden_model(
         return
     verdict = str(answer.get("verdict"))
     if not answer.get("passed"):
-        detail, fix = _disagreement(options, name, answer.get("additions"))
+        detail, fix = _disagreement(system, options, report, name, answer.get("additions"))
         summary = f"{title}: the NPU and the CPU disagree: {verdict}"
         report.add(Finding(finding_id, "golden", Status.FAIL, summary, detail, fix=fix))
         return
     report.add(Finding(finding_id, "golden", Status.OK, f"{title}: NPU and CPU agree: {verdict}"))
 
 
-def _disagreement(options: Options, name: str, additions: object) -> tuple[str, str]:
-    """Why a model's golden check can fail, and the fix: Mesa's addition scales for a model
-    with additions, the memory workaround otherwise."""
-    if isinstance(additions, int) and additions > 0:
-        family = options.manifest.get(name).platform
-        others = [entry.name for entry in options.manifest.models_of(family) if entry.name != name]
+def _disagreement(
+    system: System, options: Options, report: Report, name: str, additions: object
+) -> tuple[str, str]:
+    """Why a model's golden check can fail, and the fix: what the installed Teflon's release
+    is known to compute wrongly (teflon.yaml) when that touches this model, the memory
+    workaround otherwise."""
+    version = report.facts.get("teflon")
+    version = version if isinstance(version, str) else None
+    known = teflon_description.description().wrong_in(version) or ()
+    causes = [item for item in known if name in item.served]
+    if causes:
+        others = [
+            entry.name
+            for entry in options.manifest.models_of(options.manifest.get(name).platform)
+            if entry.name != name
+        ]
         return (
-            f"The model has {additions} additions (ADD). Mesa's rocket driver programs an "
-            "addition only at the scales of the model it was tested with (SSDLite "
-            "MobileDet's); at any other scale the NPU adds wrongly, on every board. "
-            "MobileNet V2 as published is such a model.",
-            f"serve the others: npuctl serve --models {','.join(others)}",
+            " ".join(f"Mesa Teflon {version} {item.what} ({item.models})." for item in causes)
+            + (f" The model has {additions} additions (ADD)." if additions else "")
+            + f" Or serve the others: npuctl serve --models {','.join(others)}.",
+            _upgrade_fix(system),
         )
     return (
         f"Mesa's own tests allow a difference of {TOLERANCE}. On boards with more than 4 GB "

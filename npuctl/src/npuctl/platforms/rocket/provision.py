@@ -1,6 +1,9 @@
-"""Provisioning of an RK3588 board: the render group, Mesa Teflon from trixie-backports with
-an apt pin (files of its site-files/), the TFLite runtime, the models. The blacklist
-of the vendor's rknpu is no action: every RK3588 board needs it, so rocket-dkms ships it."""
+"""Provisioning of an RK3588 board: the render group, trixie-backports (its kernel has the
+accel core) with an apt pin for Teflon (files of its site-files/), Mesa's Teflon at the
+release that computes what npuctl serves where the board's sources have it (the project's
+apt repository carries it for trixie; teflon.yaml), the TFLite runtime, the models. The
+blacklist of the vendor's rknpu is no action: every RK3588 board needs it, so rocket-dkms
+ships it."""
 
 from __future__ import annotations
 
@@ -17,10 +20,10 @@ from npuctl.provision.actions import (
 from npuctl.provision.site_files import file_action, for_action
 from npuctl.system import System
 
-from .doctor import TEFLON_MINIMUM, TEFLON_PACKAGE, teflon_release, teflon_version
+from . import teflon as teflon_description
 from .litert import RUNTIME_DIR, requirement
 
-SUITE = "trixie-backports"  # the suite whose Mesa drives rocket (Mesa >= 25.3)
+SUITE = "trixie-backports"  # the suite whose kernel has the accel core and Mesa drives rocket
 
 
 def action(name: str, request: Request) -> Action:
@@ -35,7 +38,8 @@ def action(name: str, request: Request) -> Action:
             is_done=lambda: _has_backports(system),
         )
     if name == "teflon-pin":
-        return file_action(system, name, f"apt pin of {TEFLON_PACKAGE}")
+        package = teflon_description.description().package
+        return file_action(system, name, f"apt pin of {package} to {SUITE} or trixie-teflon")
     if name == "teflon":
         return _teflon_action(system)
     if name == "litert":
@@ -56,11 +60,18 @@ def _has_backports(system: System) -> bool:
 
 
 def _teflon_action(system: System) -> Action:
-    install = ("apt-get", "install", "-y", "-t", SUITE, TEFLON_PACKAGE)
+    """The newest Teflon the board's sources offer: with the pin, trixie-backports' (Mesa
+    26.1), or the wanted release where a source has it (the project's repository)."""
+    known = teflon_description.description()
+    install = ("apt-get", "install", "-y", known.package)
+    wanted = ".".join(map(str, known.wanted_release))
 
     def is_done() -> bool:
-        release = teflon_release(teflon_version(system))
-        return release is not None and release >= TEFLON_MINIMUM
+        installed = teflon_description.release(teflon_description.installed(system))
+        if installed is None or installed < known.minimum:
+            return False
+        candidate = teflon_description.release(teflon_description.candidate(system))
+        return installed >= known.wanted_release or candidate is None or candidate <= installed
 
     def apply() -> None:
         run_command(system, "apt-get", "update")
@@ -68,10 +79,11 @@ def _teflon_action(system: System) -> Action:
 
     return Action(
         "teflon",
-        f"install {TEFLON_PACKAGE} from {SUITE} (Mesa >= 25.3 drives rocket)",
+        f"install {known.package}: Mesa {wanted} from the project's apt repository where "
+        f"the board has it, else {SUITE}'s (Mesa >= 25.3 drives rocket)",
         is_done,
         apply,
-        lambda: run_command(system, "apt-get", "remove", "-y", TEFLON_PACKAGE),
+        lambda: run_command(system, "apt-get", "remove", "-y", known.package),
         commands=("apt-get update", " ".join(install)),
     )
 

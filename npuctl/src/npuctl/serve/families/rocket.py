@@ -5,6 +5,7 @@ proven in a child process once, before any worker loads them."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
     from ..models import Runtime
 
+log = logging.getLogger("npuctl.serve")
 # Served models and the other names --models takes for them.
 KNOWN = {
     "ssdlite": ("ssdlite-mobiledet", "mobiledet"),
@@ -174,6 +176,7 @@ class MobileNetClassifier(_Served):
 def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: int) -> Serving:
     chosen = chosen_models(settings, KNOWN, wanted)
     delegate = delegate_of(settings)
+    _warn_of_known_wrong(settings, chosen)
     load_module()  # a missing runtime is said before anything else
     probe_delegate(delegate)
     files: dict[str, Path] = {}
@@ -194,6 +197,26 @@ def open_serving(settings: Settings, wanted: tuple[str, ...] | None, workers: in
             models[name] = MobileNetClassifier(name, inputs, outputs, labels)
     runtimes = [LiteRuntime(files, delegate, specs) for _ in range(workers)]
     return Serving(models, runtimes)  # type: ignore[arg-type]
+
+
+def _warn_of_known_wrong(settings: Settings, chosen: list[str]) -> None:
+    """One log line per served model that the installed Teflon's release is known to compute
+    wrongly (teflon.yaml): it is served, as asked, and the operator is told why its answers
+    differ from the CPU's and what to install."""
+    from npuctl.platforms.rocket import teflon
+    from npuctl.system import System
+
+    version = teflon.installed(System())
+    for wrong in teflon.description().wrong_in(version) or ():
+        for name in sorted(set(chosen) & set(wrong.served)):
+            log.warning(
+                "%s: Mesa Teflon %s %s; its answers differ from the CPU's (npuctl doctor says "
+                "how to install Mesa %s)",
+                name,
+                version,
+                wrong.what,
+                ".".join(map(str, teflon.description().wanted_release)),
+            )
 
 
 def upload(
