@@ -153,12 +153,15 @@ check-images: $(DEPS_STAMP)
 
 ## check-rocket-emu: the RK3588 board in QEMU with its NPU model (emulation/rk3588.yaml):
 ## QEMU and the board's root file system (rocket-dkms built by DKMS, Teflon, npuctl) are built
-## and cached, then one boot runs doctor, golden checks and serve (root; the first run needs
-## EMULATOR_GIT=<clone of widgetii/orangepi5plus-npu>)
+## and cached, then one boot runs, under each pinned Teflon, doctor and the golden checks,
+## then serve (root; the first run needs EMULATOR_GIT=<clone of widgetii/orangepi5plus-npu>
+## and FRIGATE_GIT=<clone of blakeblackshear/frigate>)
 EMULATOR_GIT ?=
+FRIGATE_GIT ?=
 check-rocket-emu: deb
 	$(PY) -m rocket_emu prepare --dist $(DIST) --work $(BUILD)/rocket-emu \
-		$(if $(EMULATOR_GIT),--emulator-git $(EMULATOR_GIT))
+		$(if $(EMULATOR_GIT),--emulator-git $(EMULATOR_GIT)) \
+		$(if $(FRIGATE_GIT),--frigate-git $(FRIGATE_GIT))
 	NPUCTL_ROCKET_EMU=full $(PY) -m pytest $(PYTEST) -s tests/test_rocket_emulator.py
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants

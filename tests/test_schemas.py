@@ -101,7 +101,16 @@ def test_wrong_emulator_pins_are_one_line(tmp_path: Path) -> None:
         f"inputs: {broken}: emulator.commit: 'main' is not 40 lowercase hex digits"
     )
     broken = _edited(tmp_path, pins.PINS, lambda d: d["golden_cases"][0].update(expect="differs"))
-    with pytest.raises(EmulationError, match=r"golden_cases\.0\.observed: missing: add it"):
+    with pytest.raises(EmulationError) as raised:
+        pins.load(broken)
+    case, teflon = pins.load().data["golden_cases"][0]["name"], pins.load().teflon_versions[0]
+    assert str(raised.value).endswith(
+        f"golden case {case}: differs under {teflon} without 'observed'"
+    )
+    broken = _edited(
+        tmp_path, pins.PINS, lambda d: d["golden_cases"][0].update(expect={teflon: "agree"})
+    )
+    with pytest.raises(EmulationError, match=f"golden case {case}: expect names"):
         pins.load(broken)
 
 

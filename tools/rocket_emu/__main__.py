@@ -1,5 +1,6 @@
-"""python -m rocket_emu prepare --dist DIST --work WORK [--emulator-git PATH]: build (or find
-cached) QEMU with the Orange Pi 5 Plus machine and the board's root file system.
+"""python -m rocket_emu prepare --dist DIST --work WORK [--emulator-git PATH] [--frigate-git
+PATH]: build (or find cached) QEMU with the Orange Pi 5 Plus machine and the board's root file
+system, and the pinned files of Frigate the board runs.
 python -m rocket_emu cached --dist DIST: exit 0 when both are cached, else say what is not.
 
 Exit codes: 0 ready, 2 usage, 3 a pinned input missing or not matching, 4 a build failed."""
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--dist", type=Path, required=True)
     prepare.add_argument("--work", type=Path, required=True)
     prepare.add_argument("--emulator-git", type=Path, default=None)
+    prepare.add_argument("--frigate-git", type=Path, default=None)
     cached = commands.add_parser("cached", help="exit 0 when a run needs no build")
     cached.add_argument("--dist", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -37,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if reason is None else 1
         started = time.monotonic()
         emulator = sources.emulator_files(pins, args.emulator_git)
+        sources.frigate_files(pins, args.frigate_git)
         qemu = qemu_build.build(pins, emulator, args.work)
         print(f"QEMU: {qemu} ({round(time.monotonic() - started, 1)} s)")
         started = time.monotonic()
@@ -59,6 +62,10 @@ def missing_from_cache(dist: Path | None) -> str | None:
         return "the emulator's sources are not cached: run 'make check-rocket-emu' once"
     if not qemu_build.cached_binary(pins, emulator).is_file():
         return "QEMU with the Orange Pi 5 Plus machine is not built: run 'make check-rocket-emu'"
+    if not sources.frigate_cache(pins).is_dir():
+        return "Frigate's files are not cached: run 'make check-rocket-emu' once"
+    if not all(sources.teflon_debs_cached(teflon) for teflon in pins.teflons):
+        return "the pinned Teflons' .debs are not cached: run 'make check-rocket-emu'"
     if dist is None:
         return None
     try:

@@ -1,6 +1,7 @@
-"""Boot the emulated board once: the cached root file system plus the host's cases as a
-second initramfs archive, user-mode networking with npuctl serve's port forwarded to the
-host, the console kept in a log. While the guest serves, the host's requests run
+"""Boot the emulated board once: the cached root file system plus the host's cases and the
+later Teflons' .debs as a second initramfs archive, user-mode networking with npuctl serve's
+ports forwarded to the host, the console kept in a log and every NPU job's register commands
+in another (the NPU model's regcmd-log). While the guest serves, the host's requests run
 (``while_serving``); a line on the console then lets the guest finish."""
 
 from __future__ import annotations
@@ -27,17 +28,14 @@ from .pins import Pins
 
 READY = "LAB: serve ready"
 RESULT = "LAB-RESULT "
+PHASE = "LAB: phase "  # the guest's jobs say so as each of their parts starts
 REQUESTS_DONE = "host: requests done"  # the host's own mark among the guest's
-# The boot's parts, each ending at the last mark that starts with its words.
-PHASES = (
-    ("kernel and init", "LAB: booted"),
-    ("devices: udev's coldplug, rocket's probe", "LAB: accel node"),
-    ("installing npuctl's .debs", "LAB-RESULT install"),
-    ("npuctl doctor", "LAB-RESULT doctor"),
-    ("every case", "LAB-RESULT case"),
-    ("npuctl serve starting", READY),
-    ("the host's requests", REQUESTS_DONE),
-    ("serve's stop, dmesg, power off", ""),
+FIRST_PHASE = "kernel and init"
+# Marks that start a part of the boot, and its name (the guest's own phases name theirs).
+PHASE_STARTS = (
+    ("LAB: booted", "devices: udev's coldplug, rocket's probe"),
+    (READY, "the host's requests"),
+    (REQUESTS_DONE, "serve's stop, dmesg, power off"),
 )
 
 
@@ -45,7 +43,9 @@ PHASES = (
 class Run:
     console: str
     seconds: float
+    regcmd_log: Path | None = None  # every NPU job's register commands (registers.py reads it)
     served: Any = None  # what while_serving returned
+    host: dict[str, Any] = field(default_factory=dict)  # the host's answers to compare with
     serve_error: str = ""
     debs_sent: dict[str, str] = field(default_factory=dict)  # package -> version
     results: list[tuple[str, dict]] = field(default_factory=list)
@@ -59,6 +59,10 @@ class Run:
     def all(self, kind: str) -> list[dict]:
         return [document for name, document in self.results if name == kind]
 
+    def under(self, kind: str, teflon: str) -> list[dict]:
+        """The results of that kind the guest reported while that Teflon was installed."""
+        return [document for document in self.all(kind) if document.get("teflon") == teflon]
+
     @property
     def dmesg(self) -> str:
         start, end = self.console.find("LAB: dmesg begin"), self.console.find("LAB: dmesg end")
@@ -68,15 +72,39 @@ class Run:
 GUEST_FILES = Path(__file__).resolve().parent / "guest"
 
 
-def lab_archive(cases: Path, debs: list[Path], target: Path) -> Path:
+@dataclass(frozen=True)
+class Teflon:
+    """A Teflon the board runs the cases under: its version, and the .debs that install it
+    over the one before (none for the first, which the cached root holds)."""
+
+    version: str
+    debs: tuple[Path, ...] = ()
+
+
+def lab_archive(cases: Path, debs: list[Path], teflons: list[Teflon], target: Path) -> Path:
     """/lab of the guest, beside the cached root file system: its init and jobs, the models
-    and cases.json the host wrote (/lab/cases) and the .debs it installs (/lab/debs)."""
+    and cases.json the host wrote (/lab/cases), the .debs it installs (/lab/debs) and the
+    Teflons in turn (/lab/teflons.json, each one's .debs in /lab/teflons/N)."""
     with tempfile.TemporaryDirectory() as scratch:
-        shutil.copytree(GUEST_FILES, Path(scratch) / "lab")
-        shutil.copytree(cases, Path(scratch) / "lab" / "cases")
-        (Path(scratch) / "lab" / "debs").mkdir()
+        lab = Path(scratch) / "lab"
+        shutil.copytree(GUEST_FILES, lab)
+        shutil.copytree(cases, lab / "cases")
+        (lab / "debs").mkdir()
         for deb in debs:
-            shutil.copyfile(deb, Path(scratch) / "lab" / "debs" / deb.name)
+            shutil.copyfile(deb, lab / "debs" / deb.name)
+        listed = []
+        for number, teflon in enumerate(teflons):
+            folder = lab / "teflons" / str(number)
+            folder.mkdir(parents=True)
+            for deb in teflon.debs:
+                shutil.copyfile(deb, folder / deb.name)
+            listed.append(
+                {
+                    "version": teflon.version,
+                    "debs": [f"/lab/teflons/{number}/{deb.name}" for deb in teflon.debs],
+                }
+            )
+        (lab / "teflons.json").write_text(json.dumps(listed), encoding="utf-8")
         run(
             [
                 "sh",
@@ -103,7 +131,9 @@ class Forwarded:
     zmq: int
 
 
-def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, ports: Forwarded) -> list[str]:
+def command(
+    pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, ports: Forwarded, regcmd_log: Path
+) -> list[str]:
     machine = pins.machine
     forwards = (
         f"hostfwd=tcp:127.0.0.1:{ports.http}-:{machine['serve_port']},"
@@ -121,14 +151,17 @@ def command(pins: Pins, qemu: Path, guest: GuestRoot, initrd: Path, ports: Forwa
         "-append", f"{machine['append']} rdinit=/lab/init",
         "-netdev", f"user,id=net0,{forwards}",
         "-device", "virtio-net-device,netdev=net0",
+        "-global", f"rockchip-npu.regcmd-log={regcmd_log}",
     ]  # fmt: skip
 
 
-def _initrd(guest: GuestRoot, cases: Path, debs: list[Path], work: Path) -> Path:
+def _initrd(
+    guest: GuestRoot, cases: Path, debs: list[Path], teflons: list[Teflon], work: Path
+) -> Path:
     """The guest's root file system, then the lab's files (cases, .debs) after it."""
     work.mkdir(parents=True, exist_ok=True)
     initrd = work / "initrd.cpio"
-    archive = lab_archive(cases, debs, work / "lab.cpio")
+    archive = lab_archive(cases, debs, teflons, work / "lab.cpio")
     with initrd.open("wb") as out:
         for part in (guest.initrd, archive):
             with part.open("rb") as source:
@@ -136,28 +169,29 @@ def _initrd(guest: GuestRoot, cases: Path, debs: list[Path], work: Path) -> Path
     return initrd
 
 
-def phases(marks: list[tuple[float, str]], total: float) -> dict[str, float | None]:
-    """Host seconds of each of PHASES (None where its mark never came)."""
-    found: dict[str, float | None] = {}
-    before: float | None = 0.0
-    for name, ends in PHASES:
-        at = (
-            max((seconds for seconds, line in marks if line.startswith(ends)), default=None)
-            if ends
-            else total
-        )
-        found[name] = None if at is None or before is None else round(at - before, 1)
-        before = at
-    return found
+def phases(marks: list[tuple[float, str]], total: float) -> dict[str, float]:
+    """Host seconds of each part of the boot, in order: each from the mark that starts it
+    (PHASE_STARTS, the guest's "LAB: phase" lines) to the next one's, the last to the end."""
+    starts: list[tuple[float, str]] = [(0.0, FIRST_PHASE)]
+    for seconds, line in marks:
+        if line.startswith(PHASE):
+            starts.append((seconds, line[len(PHASE) :].strip()))
+        for mark, name in PHASE_STARTS:
+            if line.startswith(mark):
+                starts.append((seconds, name))
+    ends = [seconds for seconds, _ in starts[1:]] + [total]
+    return {name: round(end - start, 1) for (start, name), end in zip(starts, ends, strict=True)}
 
 
-def case_seconds(marks: list[tuple[float, str]]) -> dict[str, float]:
-    """Host seconds of each case, from the mark before its result to its result."""
+def case_seconds(marks: list[tuple[float, str]]) -> dict[tuple[str, str], float]:
+    """Host seconds of each case under each Teflon, from the mark before its result to its
+    result, by (Teflon, case)."""
     found = {}
     for (before, _), (at, line) in itertools.pairwise(marks):
         if line.startswith(RESULT + "case "):
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                found[json.loads(line.split(" ", 2)[2])["name"]] = round(at - before, 1)
+                case = json.loads(line.split(" ", 2)[2])
+                found[(case.get("teflon", ""), case["name"])] = round(at - before, 1)
     return found
 
 
@@ -181,6 +215,7 @@ def boot(
     guest: GuestRoot,
     cases: Path,
     debs: list[Path],
+    teflons: list[Teflon],
     work: Path,
     while_serving: Callable[[Forwarded], Any],
     timeout: float = 1800,
@@ -188,14 +223,16 @@ def boot(
 ) -> Run:
     """One boot of the board: every job the guest runs, and ``while_serving``'s answer
     while npuctl serve listens. ``cancelled`` (set by whoever waits no longer) ends QEMU."""
-    initrd = _initrd(guest, cases, debs, work)
+    initrd = _initrd(guest, cases, debs, teflons, work)
     ports = Forwarded(free_port(), free_port())
     log = work / "console.log"
+    regcmd_log = work / "regcmds.log"
+    regcmd_log.unlink(missing_ok=True)
     lines: list[str] = []
     ready = threading.Event()
     started = time.monotonic()
     process = subprocess.Popen(
-        command(pins, qemu, guest, initrd, ports),
+        command(pins, qemu, guest, initrd, ports, regcmd_log),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -215,7 +252,12 @@ def boot(
                 if line.startswith(READY):
                     ready.set()
 
-    run = Run("", 0.0, debs_sent={deb.name.split("_")[0]: deb.name.split("_")[1] for deb in debs})
+    run = Run(
+        "",
+        0.0,
+        regcmd_log=regcmd_log,
+        debs_sent={deb.name.split("_")[0]: deb.name.split("_")[1] for deb in debs},
+    )
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     deadline = started + timeout

@@ -2,9 +2,10 @@
 made by mmdebstrap, with the pinned backports kernel (Image, modules, headers), this
 project's .debs installed by apt (rocket-dkms's postinst has DKMS build rocket.ko for that
 kernel with trixie's gcc-14, under qemu-user, as on a board; npuctl's bring in their
-dependencies, and each boot installs the ones under test again), Debian's Teflon, the pinned
-ai-edge-litert wheels, and the emulator's IOMMU helper module built against the same
-headers. Cached by its inputs (cache_key)."""
+dependencies, and each boot installs the ones under test again), the first pinned Teflon
+(the others are installed over it at boot), the pinned ai-edge-litert wheels, and the
+emulator's IOMMU helper module built against the same headers. Cached by its inputs
+(cache_key)."""
 
 from __future__ import annotations
 
@@ -69,11 +70,12 @@ def debs_installed_at_boot(pins: Pins, dist: Path) -> list[Path]:
 
 def cache_key(pins: Pins, dist: Path) -> str:
     """The root's inputs: the pins, the helper's patches, the wheels and the .debs the root
-    keeps as built (rocket-dkms); not npuctl's, which every boot installs afresh."""
+    keeps as built (rocket-dkms, the first Teflon); not npuctl's nor the later Teflons, which
+    every boot installs afresh."""
     wheels = image_definition.load(IMAGE_WITH_WHEELS).wheels
     at_boot = debs_installed_at_boot(pins, dist)
     return digest(
-        pins.guest,
+        {**pins.guest, "teflons": pins.teflons[:1]},
         pins.emulator,
         pins.patches("helper"),
         *(deb for deb in local_debs(pins, dist) if deb not in at_boot),
@@ -84,6 +86,8 @@ def cache_key(pins: Pins, dist: Path) -> str:
 def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     debs = local_debs(pins, dist)
     wheels = image_definition.load(IMAGE_WITH_WHEELS)
+    for teflon in pins.teflons:  # the later ones go to the board at boot
+        sources.teflon_debs(teflon)
     guest = GuestRoot(sources.cache() / f"guest-{cache_key(pins, dist)}")
     if guest.initrd.is_file():
         return guest
@@ -112,7 +116,7 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     root, log = folder / "root", work / "guest-root.log"
     try:
         with workspace.owned(folder):  # mmdebstrap's mounts inside go, however it ends
-            _mmdebstrap(pins, debs, helper, root, log)
+            _mmdebstrap(pins, [*debs, *sources.teflon_debs(pins.teflons[0])], helper, root, log)
     except ImageError as error:
         raise EmulationError(Stage.DKMS_BUILD, str(error)) from None
     _check_dkms(pins, root, log)
@@ -136,7 +140,7 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
     facts = {
         "release": pins.release,
         "rocket_dkms": debs[0].name,
-        "teflon": pins.guest["teflon"]["version"],
+        "teflon": pins.teflon_versions[0],
         "build_seconds": round(time.monotonic() - started, 1),
     }
     (partial / "facts.json").write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
@@ -153,13 +157,11 @@ def build(pins: Pins, emulator: Path, dist: Path, work: Path) -> GuestRoot:
 def _mmdebstrap(pins: Pins, debs: list[Path], helper: Path, root: Path, log: Path) -> None:
     guest, release = pins.guest, pins.release
     kernel_version = guest["kernel"]["version"]
-    teflon = guest["teflon"]
     packages = [
         *(
             f"{name}-{release}={kernel_version}"
             for name in ("linux-binary", "linux-modules", "linux-headers")
         ),
-        f"{teflon['package']}={teflon['version']}",
         *guest["packages"],
     ]
     module = pins.emulator["guest_helper"]["module"]

@@ -98,6 +98,10 @@ def build(pins: Pins, emulator: Path, work: Path, jobs: int = os.cpu_count() or 
     )
     partial.replace(binary)
     shutil.rmtree(tree, ignore_errors=True)
+    # One build is kept (about 100 MB): the ones of earlier pins or patches go.
+    for earlier in binary.parent.parent.glob("qemu-*"):
+        if earlier != binary.parent and earlier.name != "qemu-source":
+            shutil.rmtree(earlier, ignore_errors=True)
     return binary
 
 

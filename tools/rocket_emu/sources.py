@@ -1,16 +1,18 @@
 """The pinned sources: Debian's QEMU source package (its .dsc by sha256, the tarballs by the
-.dsc's checksums, which dpkg-source checks) and the emulator's files from a local mirror or
-clone of its repository, at the pinned commit whose folder must have the pinned tree id."""
+.dsc's checksums, which dpkg-source checks), the Teflons' .debs by their checksums, and the
+emulator's files from a local mirror or clone of its repository, at the pinned commit whose
+folder must have the pinned tree id."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
 
 from oci_image.rootfs import mirror
 from pipeline.errors import BuildError
-from pipeline.fetch import cache_root, download, sha256_of
+from pipeline.fetch import cache_root, download, pinned_debs, pinned_debs_cached, sha256_of
 from pipeline.tools import run
 
 from .errors import EmulationError, ExitCode, Stage
@@ -119,3 +121,52 @@ def emulator_files(pins: Pins, repository: Path | None) -> Path:
     )
     partial.replace(target)
     return target
+
+
+def teflon_debs(teflon: dict) -> list[Path]:
+    """A Teflon build's .debs (the family's user-space description), from the Debian mirror
+    once and checked against their checksums, cached."""
+    try:
+        return pinned_debs(teflon["debs"], "the rocket family's teflon.yaml")
+    except BuildError as error:
+        raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
+
+
+def teflon_debs_cached(teflon: dict) -> bool:
+    return pinned_debs_cached(teflon["debs"])
+
+
+def frigate_files(pins: Pins, repository: Path | None) -> Path:
+    """Frigate's pinned files (by their blob ids at the pinned commit), each by its name in
+    one folder, cached by the ids."""
+    frigate = pins.data["frigate"]
+    target = frigate_cache(pins)
+    if target.is_dir():
+        return target
+    if repository is None:
+        raise EmulationError(
+            Stage.INPUTS,
+            f"Frigate's files are not cached: give a clone of {frigate['repository']} as "
+            "FRIGATE_GIT",
+            ExitCode.INPUT,
+        )
+    git = git_dir(repository)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for path, blob in frigate["files"].items():
+        found = _git(git, "rev-parse", f"{frigate['commit']}:{path}")
+        if found.returncode != 0 or found.stdout.decode().strip() != blob:
+            raise EmulationError(
+                Stage.INPUTS,
+                f"{frigate['commit']}:{path} in {repository} is not the pinned blob {blob}",
+                ExitCode.INPUT,
+            )
+        (partial / Path(path).name).write_bytes(_git(git, "cat-file", "blob", blob).stdout)
+    partial.replace(target)
+    return target
+
+
+def frigate_cache(pins: Pins) -> Path:
+    blobs = sorted(pins.data["frigate"]["files"].values())
+    return cache() / f"frigate-{hashlib.sha256(''.join(blobs).encode()).hexdigest()[:16]}"

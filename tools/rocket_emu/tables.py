@@ -8,13 +8,26 @@ import sys
 
 from pipeline.report_page import generate
 
-REPORT_SCHEMA = 4
+REPORT_SCHEMA = 5
 
 
 def _minutes(seconds: float | None) -> str:
     if seconds is None:
         return "not recorded"
     return f"{seconds:.0f} s" if seconds < 60 else f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+
+
+def _verdict(case: dict | None) -> str:
+    if case is None:
+        return "not run"
+    golden = case["golden"] or {}
+    verdict = golden.get("verdict") or golden.get("error") or "no result"
+    return f"{case['expect']}; {'passed' if golden.get('passed') else 'failed'}: {verdict}"
+
+
+def _hex(values: list[int | str]) -> str:
+    """Register values in hex; a buffer's digest as it is."""
+    return ", ".join(f"0x{value:x}" if isinstance(value, int) else value for value in values)
 
 
 def render(report: dict, source: str) -> str:
@@ -24,6 +37,8 @@ def render(report: dict, source: str) -> str:
         report["boot_seconds"],
     )
     cold = None if qemu is None or guest is None else qemu + guest + boot
+    teflons: dict[str, dict] = report["teflons"]
+    names = list(teflons)
     lines = [
         "# The emulated board: results",
         "",
@@ -35,35 +50,79 @@ def render(report: dict, source: str) -> str:
         "|---|---|",
         f"| QEMU build (cached after the first run) | {_minutes(qemu)} |",
         f"| root file system: mmdebstrap, DKMS build (cached) | {_minutes(guest)} |",
-        f"| one boot: install, doctor, every case, serve | {_minutes(boot)} |",
+        f"| one boot: install, each Teflon's doctor and cases, serve | {_minutes(boot)} |",
         *(f"| of which: {part} | {_minutes(took)} |" for part, took in report["phases"].items()),
         f"| a cold run (the three above) | {_minutes(cold)} |",
         f"| a cached run (the boot) | {_minutes(boot)} |",
         "",
         "Seconds are the host's, from QEMU's start to each part's last line on the console.",
-        "The guest's own clock is QEMU's instruction count (`-icount shift=0`: one nanosecond",
-        "per instruction), in the last column: it compares runs, not boards.",
         "",
-        "| case | expected | verdict of npuctl's golden check | seconds | guest clock |",
-        "|---|---|---|---|---|",
+        "Every case runs under each Teflon in turn (`mesa-teflon-delegate`):",
+        "",
+        *(f"- {name}" for name in names),
+        "",
+        "A cell is the case's expectation under that Teflon (emulation/rk3588.yaml), then",
+        "npuctl's golden check (NPU against the CPU interpreter, Mesa's tolerance). Seconds",
+        "are the host's for the case under each Teflon, in turn.",
+        "",
+        "| case | " + " | ".join(f"Teflon {name}" for name in names) + " | seconds |",
+        "|---|" + "---|" * len(names) + "---|",
     ]
-    for name, case in report["cases"].items():
-        golden = case["golden"] or {}
-        verdict = golden.get("verdict") or golden.get("error") or "no result"
-        passed = "passed" if golden.get("passed") else "failed"
-        lines.append(
-            f"| {name} | {case['expect']} | {passed}: {verdict} | "
-            f"{case['host_seconds']} | {case['seconds']} |"
+    every_case = list(
+        dict.fromkeys(case for teflon in teflons.values() for case in teflon["cases"])
+    )
+    for case in every_case:
+        cells = [_verdict(teflons[name]["cases"].get(case)) for name in names]
+        seconds = " / ".join(
+            str((teflons[name]["cases"].get(case) or {}).get("host_seconds")) for name in names
         )
+        lines.append(f"| {case} | " + " | ".join(cells) + f" | {seconds} |")
+    differences = report.get("register_differences") or {}
+    if len(names) > 1:
+        lines += [
+            "",
+            "What the two Teflons program differently for the same graph (from the NPU model's",
+            "log of every job's register commands; addresses left out): each register whose",
+            "value differs in some task, in how many tasks, and up to four of its values under",
+            f"{names[0]} and under {names[-1]}. The full listings are in",
+            "`dist/rocket-emu-registers/<Teflon>/<case>.txt`.",
+            "",
+            "| case | register | tasks | " + f"{names[0]} | {names[-1]} |",
+            "|---|---|---|---|---|",
+        ]
+        for case, found in differences.items():
+            if not found:
+                lines.append(f"| {case} | the same registers | | | |")
+            for entry in found:
+                before, after = entry["values"]
+                lines.append(
+                    f"| {case} | {entry['register']} | {entry['tasks']} | "
+                    f"{_hex(before)} | {_hex(after)} |"
+                )
+        lines += [
+            "",
+            "| Teflon | installed at boot | doctor: Teflon | doctor: mobilenet-v2 |",
+            "|---|---|---|---|",
+        ]
+        for name in names:
+            installed = teflons[name].get("installed")
+            doctor = teflons[name].get("doctor") or {}
+            how = (
+                "in the cached root"
+                if installed is None
+                else f"dpkg exit {installed['exit']}, {_minutes(installed['seconds'])}"
+            )
+            said = doctor.get("teflon.version", doctor.get("teflon.installed"))
+            lines.append(f"| {name} | {how} | {said} | {doctor.get('golden.mobilenet-v2')} |")
     served = report["served"]
     cores = served["core_jobs"]
     lines += [
         "",
-        f"`npuctl serve --workers 3` with the served model ({served['model']}): the doctor's",
-        f'golden check says "{served["golden"]}". Of its {served["answers"]} answers to the',
-        "same input (one at a time, then three clients at once), the largest element difference",
-        f"from the first is {served['largest_difference']}. Jobs each core ran meanwhile (its",
-        "interrupts):",
+        f"`npuctl serve --workers 3` under Teflon {served.get('teflon')} with the served model",
+        f'({served["model"]}): the doctor\'s golden check says "{served["golden"]}". Of its',
+        f"{served['answers']} answers to the same input (one at a time, then three clients at",
+        f"once), the largest element difference from the first is {served['largest_difference']}.",
+        "Jobs each core ran meanwhile (its interrupts):",
         "",
         "| " + " | ".join(f"core {core}" for core in cores) + " |",
         "|" + "---|" * len(cores),
@@ -73,7 +132,7 @@ def render(report: dict, source: str) -> str:
     if v2:
         lines += [
             "",
-            f"MobileNetV2 at the addition scales Mesa programs ({v2['model']}), served beside it:",
+            f"MobileNetV2 ({v2['model']}, built as the `{v2['case']}` case), served beside it:",
             f"the doctor's golden check says \"{v2['golden']}\". A Triton client's request",
             "against the CPU interpreter's scores for the same tensor: "
             f"{'passed' if v2['served']['passed'] else 'failed'}, {v2['served']['verdict']}.",

@@ -507,6 +507,40 @@ MESA_TABLE = {
         TableAddition(0.100618, 313.671875, 0, 16874, 23),  # Mesa keeps the model's zero point
     )
 }
+
+
+@dataclass(frozen=True)
+class ScaledAddition:
+    """An ADD at scales a published model has, not the table's: the operand's (the block's
+    input) and the sum's. The projection before it keeps its own weight scale."""
+
+    operand_scale: float
+    sum_scale: float
+
+    @property
+    def sum_zero_point(self) -> int:
+        return 128
+
+
+Addition = TableAddition | ScaledAddition
+
+
+def _published_runs(*stages: tuple[float, ...]) -> tuple[ScaledAddition, ...]:
+    """Additions of residual blocks stage by stage: within a stage each sum is the next
+    block's input, so its scale is the next addition's operand scale; a stage's last sum
+    takes its operand's."""
+    return tuple(
+        ScaledAddition(operand, stage[number + 1] if number + 1 < len(stage) else operand)
+        for stage in stages
+        for number, operand in enumerate(stage)
+    )
+
+
+# MobileNet V2 1.0 224 as published (Coral's mobilenet_v2_1.0_224_quant.tflite): its ten
+# shortcut operands' scales, one, two, three, two and two per stage. None is a table key.
+MOBILENET_V2_PUBLISHED_ADDITIONS = _published_runs(
+    (0.2758,), (0.2184, 0.2597), (0.1854, 0.1891, 0.1997), (0.1706, 0.1762), (0.1324, 0.1507)
+)
 # MobileNetV2's ten additions (one, two, three, two and two per stage), from the table's runs.
 MOBILENET_V2_ADDITIONS = tuple(
     MESA_TABLE[key]
@@ -545,7 +579,7 @@ def _weights(
     shape: list[int],
     fan_in: int,
     input_scale: float,
-    addition: TableAddition | None,
+    addition: Addition | None,
     signed: bool,
 ) -> tuple[np.ndarray, float]:
     """A layer's quantized weights and their scale. Inputs spread over [0, 6] and weights
@@ -555,7 +589,7 @@ def _weights(
     stays within its range."""
     weight_scale = 3 / (np.sqrt(fan_in) * 3.46 * 37)
     steps = 64
-    if addition is not None:
+    if isinstance(addition, TableAddition):
         table_scale = addition.operand_scale / addition.operand_over_accumulator / input_scale
         steps = max(1, round(steps * weight_scale / table_scale))
         weight_scale = table_scale
@@ -564,8 +598,8 @@ def _weights(
 
 
 def _plan_additions(
-    layers: list[ConvLayer], additions: tuple[TableAddition, ...]
-) -> tuple[dict[int, TableAddition], dict[int, TableAddition]]:
+    layers: list[ConvLayer], additions: tuple[Addition, ...]
+) -> tuple[dict[int, Addition], dict[int, Addition]]:
     """The table additions by the residual layer they quantize, in turn, and by the layer
     whose output is that block's input (a projection, or the sum before)."""
     residuals = [number for number, layer in enumerate(layers) if layer.residual]
@@ -593,7 +627,7 @@ class _Stack:
 
 
 def _add_layers(
-    stack: _Stack, layers: list[ConvLayer], additions: tuple[TableAddition, ...] = ()
+    stack: _Stack, layers: list[ConvLayer], additions: tuple[Addition, ...] = ()
 ) -> list[int]:
     """``layers`` after the stack's current tensor; each layer's output tensor, in turn."""
     tensors, operators, rng, kind, offset = (
@@ -682,7 +716,7 @@ def conv_stack(
     activation: int = RELU6,
     seed: int = 3,
     classes: int = 0,
-    additions: tuple[TableAddition, ...] = (),
+    additions: tuple[Addition, ...] = (),
     description: str = "npuctl test convolution stack",
 ) -> Path:
     """Quantized convolutions one after another, each with a fused activation, as a
@@ -753,7 +787,7 @@ class SsdLayout:
     body: list[ConvLayer]
     feature_maps: tuple[int, ...]
     anchors: tuple[int, ...]
-    additions: tuple[TableAddition, ...] = ()
+    additions: tuple[Addition, ...] = ()
 
 
 # SSDLite at 320x320: a MobileNet-style body, narrow (the emulated NPU's time goes with the
@@ -1041,13 +1075,13 @@ def _classifier_head(
 
 
 def _sum_quantization(
-    block_scale: float, addition: TableAddition | None, linear_q: tuple[float, int]
+    block_scale: float, addition: Addition | None, linear_q: tuple[float, int]
 ) -> tuple[float, int]:
-    """A residual sum's quantization: a projection's, or the table addition's."""
+    """A residual sum's quantization: a projection's, or the addition's."""
     if addition is None:
         assert block_scale == linear_q[0], "a residual adds two projections' outputs"
         return linear_q
-    assert abs(block_scale - addition.operand_scale) < 1e-5, "not the table's key"
+    assert abs(block_scale - addition.operand_scale) < 1e-5, "not the addition's operand"
     return addition.sum_scale, addition.sum_zero_point + linear_q[1] - 128
 
 

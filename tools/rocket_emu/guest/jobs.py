@@ -1,7 +1,9 @@
-"""Runs inside the emulated board, after init: npuctl's .debs under test installed with dpkg,
-npuctl doctor, npuctl's golden check on each case the host sent (/lab/cases/cases.json), and
-npuctl serve for the host's requests. Every result is one console line
-"LAB-RESULT <kind> <json>"; the host reads them."""
+"""Runs inside the emulated board, after init: npuctl's .debs under test installed with dpkg;
+then for each Teflon of /lab/teflons.json in turn (each after the first installed over the
+one before with dpkg, as an upgrade), npuctl doctor and npuctl's golden check on each case
+the host sent (/lab/cases/cases.json); then npuctl serve for the host's requests, under the
+last Teflon. Every result is one console line "LAB-RESULT <kind> <json>", and each part
+starts with a line "LAB: phase <name>"; the host reads them."""
 
 import json
 import os
@@ -16,6 +18,7 @@ from pathlib import Path
 
 CASES = Path("/lab/cases")
 DEBS = Path("/lab/debs")
+TEFLONS = Path("/lab/teflons.json")
 MODELS = CASES / "models"
 TEFLON = "/usr/lib/teflon/libteflon.so"
 PORT = 8000
@@ -27,16 +30,25 @@ ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_
 # seconds): the execution plan after Teflon took what it runs (the graph's nodes once the
 # interpreter is ready: a delegate that took ops adds a DELEGATE node; the CPU reference runs
 # without TFLite's default XNNPACK delegate), then npuctl's golden check, the probe's own
-# function, as the doctor's child runs it. One "CASE <json>" line each.
+# function, as the doctor's child runs it. One "CASE <json>" line each, with the NPU jobs the
+# case ran: the board's count of them (one interrupt each) before it and after it.
 CASES_CHILD = """
 import json, sys, time
 from npuctl.platforms.rocket.litert import load_module
 from npuctl.platforms.rocket.probe import golden
 litert = load_module()
 library = sys.argv[1]
+
+def npu_jobs():
+    total = 0
+    for line in open("/proc/interrupts").read().splitlines()[1:]:
+        if "npu" in line or "rocket" in line:
+            total += sum(int(field) for field in line.split()[1:] if field.isdigit())
+    return total
+
 for model in sys.argv[2:]:
     started = time.monotonic()
-    found = {"model": model}
+    found = {"model": model, "jobs": [npu_jobs()]}
     for side, options in (
         ("plan", {"experimental_delegates": [litert.load_delegate(library)]}),
         ("cpu_plan", {"experimental_op_resolver_type":
@@ -54,13 +66,38 @@ for model in sys.argv[2:]:
     except Exception as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         found["golden"] = {"ok": False, "stage": "model", "error": lines[0]}
+    found["jobs"].append(npu_jobs())
     found["seconds"] = round(time.monotonic() - started, 1)
     print("CASE " + json.dumps(found), flush=True)
 """
 
 
+# Frigate's teflon_tfl detector as Frigate builds it (frigate/detectors/plugins/teflon_tfl.py:
+# its __init__ and detect_raw), on Frigate's own functions (detector_utils.py, from the host
+# in /lab/cases/frigate), with the served SSDLite and the frame the host sent (uint8, NHWC).
+FRIGATE_CHILD = """
+import json, sys, types
+import numpy as np
+sys.path[:0] = ["/lab/cases/frigate"]
+from npuctl.platforms.rocket.litert import load_module
+load_module()  # ai-edge-litert where npuctl provision puts it, on the path
+import detector_utils
+config = types.SimpleNamespace(model=types.SimpleNamespace(path=sys.argv[1]))
+detector = types.SimpleNamespace()
+interpreter = detector_utils.tflite_load_delegate_interpreter(
+    "/usr/lib/teflon/libteflon.so", config, {})
+detector_utils.tflite_init(detector, interpreter)
+rows = detector_utils.tflite_detect_raw(detector, np.load(sys.argv[2]))
+print("ROWS " + json.dumps(rows.tolist()), flush=True)
+"""
+
+
 def result(kind: str, document: object) -> None:
     print(f"LAB-RESULT {kind} {json.dumps(document, separators=(',', ':'))}", flush=True)
+
+
+def phase(name: str) -> None:
+    print(f"LAB: phase {name}", flush=True)
 
 
 def child(command: list[str]) -> tuple[int, str, str, float]:
@@ -81,6 +118,21 @@ def last_json(text: str) -> object:
         except ValueError:
             continue
     return None
+
+
+def frigate_teflon(teflon: str) -> None:
+    """Frigate's teflon_tfl detector in process on the served SSDLite: its 20 rows."""
+    model = MODELS / "ssdlite_mobiledet_coco_qat_postprocess.tflite"
+    code, out, err, seconds = child(
+        [sys.executable, "-c", FRIGATE_CHILD, str(model), str(CASES / "frame.npy")]
+    )
+    rows = next(
+        (json.loads(line[5:]) for line in out.splitlines() if line.startswith("ROWS ")), None
+    )
+    result(
+        "frigate-teflon",
+        {"teflon": teflon, "exit": code, "rows": rows, "stderr": err[-800:], "seconds": seconds},
+    )
 
 
 def install() -> None:
@@ -113,16 +165,43 @@ def install() -> None:
     )
 
 
-def doctor() -> None:
+def switch_teflon(teflon: dict) -> None:
+    """The Teflon's .debs installed over the one before, as 'apt install' would unpack them."""
+    started = time.monotonic()
+    done = subprocess.run(
+        ["dpkg", "-i", *teflon["debs"]],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    query = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", "mesa-teflon-delegate"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    result(
+        "teflon",
+        {
+            "teflon": teflon["version"],
+            "exit": done.returncode,
+            "installed": query.stdout.strip(),
+            "output": (done.stdout + done.stderr)[-1500:],
+            "seconds": round(time.monotonic() - started, 1),
+        },
+    )
+
+
+def doctor(teflon: str) -> None:
     code, out, err, seconds = child(["npuctl", "doctor", "--json"])
     try:
         report = json.loads(out)
     except ValueError:
         report = None
-    result("doctor", {"exit": code, "report": report, "stderr": err[-800:], "seconds": seconds})
+    result(
+        "doctor",
+        {"teflon": teflon, "exit": code, "report": report, "stderr": err[-800:],
+         "seconds": seconds},
+    )  # fmt: skip
 
 
-def run_cases(names: dict[str, str]) -> tuple[set[str], int, str]:
+def run_cases(names: dict[str, str], teflon: str) -> tuple[set[str], int, str]:
     """CASES_CHILD on the models (model -> case name), each case reported as its line comes
     (the host times the cases by them): the models done, the child's exit, stderr's end."""
     done: set[str] = set()
@@ -143,6 +222,8 @@ def run_cases(names: dict[str, str]) -> tuple[set[str], int, str]:
                 "case",
                 {
                     "name": names[found["model"]],
+                    "teflon": teflon,
+                    "jobs": found.get("jobs"),
                     "plan": found.get("plan"),
                     "cpu_plan": found.get("cpu_plan"),
                     "plan_stderr": found.get("plan_error", "") + found.get("cpu_plan_error", ""),
@@ -158,19 +239,20 @@ def run_cases(names: dict[str, str]) -> tuple[set[str], int, str]:
         return done, code, stderr.read()[-600:]
 
 
-def cases() -> None:
+def cases(teflon: str) -> None:
     """Every case in one child (CASES_CHILD). When a case ends that child (a crash, a hang),
     the case is reported with the child's exit and stderr, and the cases after it run in a
     new child."""
     listed = json.loads((CASES / "cases.json").read_text())
     waiting = {str(CASES / case["file"]): case["name"] for case in listed}
     while waiting:
-        done, code, stderr = run_cases(waiting)
+        done, code, stderr = run_cases(waiting, teflon)
         left = [model for model in waiting if model not in done]
         if left:  # the case the child ended on
-            result("case", {"name": waiting[left[0]], "golden": None, "golden_exit": code,
-                            "golden_stderr": stderr, "plan": None, "cpu_plan": None,
-                            "plan_stderr": stderr, "seconds": None})  # fmt: skip
+            result("case", {"name": waiting[left[0]], "teflon": teflon, "jobs": None,
+                            "golden": None, "golden_exit": code, "golden_stderr": stderr,
+                            "plan": None, "cpu_plan": None, "plan_stderr": stderr,
+                            "seconds": None})  # fmt: skip
         waiting = {model: waiting[model] for model in left[1:]}
 
 
@@ -205,7 +287,7 @@ def accel_files(pid: int) -> dict[str, object]:
     return {"files": files, "clients": sorted(clients)}
 
 
-def serve() -> None:
+def serve(teflon: str) -> None:
     """npuctl serve with one NPU owner per core, as on the board (npuctl serve --workers 3)."""
     command = [
         "npuctl", "serve", "--host", "0.0.0.0", "--port", str(PORT),
@@ -240,6 +322,7 @@ def serve() -> None:
     result(
         "serve",
         {
+            "teflon": teflon,
             "ready": ready,
             "exit": server.returncode,
             "stderr": stderr[-1500:],
@@ -268,7 +351,21 @@ def mounts() -> None:
 if __name__ == "__main__" and sys.argv[1:] == ["mounts"]:
     mounts()
 elif __name__ == "__main__":
+    # The cores' interrupts before any job (their probe's): NPU job N ran at interrupt count
+    # N plus these, so the host finds a case's jobs in the NPU model's log.
+    result("interrupts-before-jobs", {"count": sum(npu_interrupts().values())})
+    phase("installing npuctl's .debs")
     install()
-    doctor()
-    cases()
-    serve()
+    teflons = json.loads(TEFLONS.read_text())
+    for teflon in teflons:
+        if teflon["debs"]:
+            phase(f"Teflon {teflon['version']}: installing it")
+            switch_teflon(teflon)
+        phase(f"Teflon {teflon['version']}: npuctl doctor")
+        doctor(teflon["version"])
+        phase(f"Teflon {teflon['version']}: every case")
+        cases(teflon["version"])
+        phase(f"Teflon {teflon['version']}: Frigate's teflon_tfl detector")
+        frigate_teflon(teflon["version"])
+    phase("npuctl serve starting")
+    serve(teflons[-1]["version"])

@@ -85,10 +85,19 @@ def model(model_path: str, library: str | None) -> dict[str, object]:
     return {"ok": True, **described}
 
 
+def golden_input(shape: Any, dtype: Any) -> Any:
+    """The golden check's input: the same on both sides, every run."""
+    import numpy as np
+
+    data = np.random.default_rng(20251122).integers(0, 256, shape).astype(np.int16)
+    if np.dtype(dtype) == np.int8:
+        data -= 128
+    return data.astype(dtype)
+
+
 def golden(model_path: str, library: str) -> dict[str, object]:
     """The same input through the delegate and through the CPU: a classifier's scores element
     by element, an SSD detector's post-processed detections."""
-    import numpy as np
 
     from .golden import compare, compare_detections
     from .litert import describe, interpreter
@@ -97,11 +106,7 @@ def golden(model_path: str, library: str) -> dict[str, object]:
     for delegate in (Path(library), None):
         loaded = interpreter(Path(model_path), delegate, quiet=False)
         (tensor,) = loaded.get_input_details()
-        rng = np.random.default_rng(20251122)  # the same input on both sides, every run
-        data = rng.integers(0, 256, tensor["shape"]).astype(np.int16)
-        if np.dtype(tensor["dtype"]) == np.int8:
-            data -= 128
-        loaded.set_tensor(tensor["index"], data.astype(tensor["dtype"]))
+        loaded.set_tensor(tensor["index"], golden_input(tensor["shape"], tensor["dtype"]))
         loaded.invoke()
         answers.append(
             [loaded.get_tensor(output["index"]).copy() for output in loaded.get_output_details()]
