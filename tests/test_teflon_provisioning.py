@@ -39,6 +39,10 @@ q() {{ dpkg-query -W -f '${{Package}} ${{Version}}\\n' "$@"; }}
 apt-get update -q
 apt-get install -y -q -t trixie-backports {TEFLON["package"]}
 q {TEFLON["package"]} libdrm2 > /results/before
+# Byte-compiling Python's modules is most of npuctl's install under qemu-user and nothing
+# here depends on it: the packages' own py3compile calls find a stub in its place.
+dpkg-divert --quiet --local --rename --divert /usr/bin/py3compile.real --add /usr/bin/py3compile
+printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/py3compile && chmod 755 /usr/bin/py3compile
 apt-get install -y -q --no-install-recommends npuctl
 npuctl --platform rocket provision --dry-run {" ".join(ACTIONS)} > /results/dry-run
 npuctl --platform rocket provision {" ".join(ACTIONS)} > /results/provision
