@@ -8,18 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from bench import BENCHES
 from bench.report import MET, MISSED, NOT_RUN
-
-BENCHES = (
-    "host_cost",
-    "serve_cost",
-    "watch_quality",
-    "vision_cost",
-    "memory_budget",
-    "frigate_zmq",
-    "hostile",
-    "image_size",
-)
 
 
 def combined(statuses: list[int]) -> int:

@@ -8,10 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+from bench import BENCHES
 from bench.report import SCHEMA, ratio_text
 from pipeline.atomic import write_atomically
 
-BENCHES = ("host-cost", "serve-cost", "watch-quality", "vision-cost", "hostile", "image-size")
+REPORTS = tuple(name.replace("_", "-") for name in BENCHES)
 
 
 def load(folder: Path, bench: str) -> dict | None:
@@ -45,7 +46,7 @@ def render(quiet_dir: Path, busy_dir: Path) -> str:
         "",
     ]
     missing = []
-    for bench in BENCHES:
+    for bench in REPORTS:
         quiet, busy = load(quiet_dir, bench), load(busy_dir, bench)
         if quiet is None and busy is None:
             missing.append(bench)
