@@ -21,11 +21,13 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from bench.clients_rows import one_npu_rows, workers_row
 from bench.doubles import Doubles, doubles
 from bench.report import print_rows
 from bench.serve_cost import Client, cpu_seconds
@@ -206,53 +208,30 @@ def four_cameras_rows(found: Doubles) -> list[dict]:
         after = npu_seconds(server, "yolov8n")
     finally:
         server.stop()
-    npu = (after[0] - before[0]) / (after[1] - before[1])
-    rate, limit, p99 = len(latencies) / wall, 1 / npu, float(np.percentile(latencies, 99))
-    return [
-        {
-            "name": "Frigate zmq: 4 cameras, one frame in flight each, YOLOv8n p99",
-            "unit": "ms; reference: Frigate's default request timeout",
-            "ours": p99 * 1000,
-            "reference": FRIGATE_TIMEOUT_S * 1000,
-            "ratio": p99 / FRIGATE_TIMEOUT_S,
-            "target": "ours/reference < 1",
-            "ok": p99 < FRIGATE_TIMEOUT_S,
-        },
-        {
-            "name": "Frigate zmq: 4 cameras, YOLOv8n throughput",
-            "unit": "frames/s; reference: the NPU-bound limit, 1 / measured NPU time",
-            "ours": rate,
-            "reference": limit,
-            "ratio": rate / limit,
-            "target": "ours/reference >= 0.95",
-            "ok": rate / limit >= 0.95,
-        },
-    ]
+    return one_npu_rows(
+        latencies,
+        wall,
+        (after[0] - before[0]) / (after[1] - before[1]),
+        names=(
+            "Frigate zmq: 4 cameras, one frame in flight each, YOLOv8n p99",
+            "Frigate zmq: 4 cameras, YOLOv8n throughput",
+        ),
+        timeout=FRIGATE_TIMEOUT_S,
+        timeout_is="Frigate's default request timeout",
+    )
 
 
-def workers_row(found: Doubles, rounds: int = 2) -> dict:
+def ssdlite_rate(found: Doubles, workers: int) -> float:
+    """Frames/s of six Frigate cameras against a server of ``workers`` NPU owners."""
     env = {**found.rocket, "TEFLON_DOUBLE_INFER_MS": "48"}
     pixels = frame_of(found.bus, (1, 320, 320, 3), "nhwc")
-    rates: dict[int, list[float]] = {1: [], 3: []}
-    for _ in range(rounds):
-        for workers in (1, 3):  # in turns
-            endpoint = f"tcp://127.0.0.1:{free_port()}"
-            server = start(env, "--models", "ssdlite", "--workers", str(workers), "--zmq", endpoint)
-            try:
-                latencies, wall = cameras(endpoint, pixels, "ssdlite.tflite", "ssd", 6, 12)
-                rates[workers].append(len(latencies) / wall)
-            finally:
-                server.stop()
-    one, three = float(np.median(rates[1])), float(np.median(rates[3]))
-    return {
-        "name": "Frigate zmq: RK3588 SSDLite throughput, --workers 3 vs 1 (three cores)",
-        "unit": "frames/s; reference: --workers 1 in the same rounds",
-        "ours": three,
-        "reference": one,
-        "ratio": three / one,
-        "target": "ours/reference >= 2.5",
-        "ok": three / one >= 2.5,
-    }
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    server = start(env, "--models", "ssdlite", "--workers", str(workers), "--zmq", endpoint)
+    try:
+        latencies, wall = cameras(endpoint, pixels, "ssdlite.tflite", "ssd", 6, 12)
+    finally:
+        server.stop()
+    return len(latencies) / wall
 
 
 def main() -> int:
@@ -270,7 +249,10 @@ def main() -> int:
                 "ssd",
             ),
             *four_cameras_rows(found),
-            workers_row(found),
+            workers_row(
+                "Frigate zmq: RK3588 SSDLite throughput, --workers 3 vs 1 (three cores)",
+                partial(ssdlite_rate, found),
+            ),
         ]
     return 0 if print_rows(results, BENCH) else 1
 

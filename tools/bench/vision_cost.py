@@ -24,11 +24,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from bench.clients_rows import one_npu_rows, workers_row
 from bench.doubles import Doubles, doubles
 from bench.report import print_rows
 from bench.serve_cost import Client, cpu_seconds
@@ -351,52 +353,30 @@ def frigate(server: Server, image: bytes) -> list[dict]:
     latencies, wall = clients(server, "/v1/vision/detection", image, 4, 60)
     after = npu_seconds(server, "yolov8n")
     npu = (after[0] - before[0]) / (after[1] - before[1])
-    p99 = float(np.percentile(latencies, 99))
     rate, limit = len(latencies) / wall, 1 / npu
     p50 = float(np.median(latencies)) * 1000
     print(f"frigate: {rate:.1f} frames/s, NPU-bound {limit:.1f}/s, p50 {p50:.1f} ms (information)")
-    return [
-        {
-            "name": "Frigate-style: 4 clients, one frame at a time, YOLOv8n p99",
-            "unit": "ms; reference: Frigate's default detector timeout",
-            "ours": p99 * 1000,
-            "reference": FRIGATE_TIMEOUT_S * 1000,
-            "ratio": p99 / FRIGATE_TIMEOUT_S,
-            "target": "ours/reference < 1",
-            "ok": p99 < FRIGATE_TIMEOUT_S,
-        },
-        {
-            "name": "Frigate-style: 4 clients, YOLOv8n throughput",
-            "unit": "frames/s; reference: the NPU-bound limit, 1 / measured NPU time",
-            "ours": rate,
-            "reference": limit,
-            "ratio": rate / limit,
-            "target": "ours/reference >= 0.95",
-            "ok": rate / limit >= 0.95,
-        },
-    ]
+    return one_npu_rows(
+        latencies,
+        wall,
+        npu,
+        names=(
+            "Frigate-style: 4 clients, one frame at a time, YOLOv8n p99",
+            "Frigate-style: 4 clients, YOLOv8n throughput",
+        ),
+        timeout=FRIGATE_TIMEOUT_S,
+        timeout_is="Frigate's default detector timeout",
+    )
 
 
-def workers_row(env: dict[str, str], image: bytes, rounds: int = 2) -> dict:
-    rates: dict[int, list[float]] = {1: [], 3: []}
-    for _ in range(rounds):
-        for workers in (1, 3):  # in turns
-            server = start(env, "--models", "ssdlite", "--workers", str(workers))
-            try:
-                latencies, wall = clients(server, "/v1/vision/detection", image, 6, 12)
-                rates[workers].append(len(latencies) / wall)
-            finally:
-                server.stop()
-    one, three = float(np.median(rates[1])), float(np.median(rates[3]))
-    return {
-        "name": "RK3588 SSDLite throughput, --workers 3 vs 1 (three cores)",
-        "unit": "frames/s; reference: --workers 1 in the same rounds",
-        "ours": three,
-        "reference": one,
-        "ratio": three / one,
-        "target": "ours/reference >= 2.5",
-        "ok": three / one >= 2.5,
-    }
+def ssdlite_rate(env: dict[str, str], image: bytes, workers: int) -> float:
+    """Frames/s of six DeepStack clients against a server of ``workers`` NPU owners."""
+    server = start(env, "--models", "ssdlite", "--workers", str(workers))
+    try:
+        latencies, wall = clients(server, "/v1/vision/detection", image, 6, 12)
+    finally:
+        server.stop()
+    return len(latencies) / wall
 
 
 def deepstack_section(found: Doubles) -> list[dict]:
@@ -428,7 +408,14 @@ SECTIONS: dict[str, Callable[[Doubles], list[dict]]] = {
     "deepstack": deepstack_section,
     "immich": lambda found: immich_section(found.zhouyi, found.bus),
     "workers": lambda found: [
-        workers_row({**found.rocket, "TEFLON_DOUBLE_INFER_MS": "48"}, frame(found.bus, 320))
+        workers_row(
+            "RK3588 SSDLite throughput, --workers 3 vs 1 (three cores)",
+            partial(
+                ssdlite_rate,
+                {**found.rocket, "TEFLON_DOUBLE_INFER_MS": "48"},
+                frame(found.bus, 320),
+            ),
+        )
     ],
 }
 
