@@ -13,8 +13,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import yaml
-
 import arm64_emulation
 from pipeline.config import debian_mirror, load_package, package_names
 from pipeline.errors import BuildError
@@ -92,15 +90,14 @@ def user_space_debs(definition: Definition, architecture: str) -> list[Path]:
     found: list[Path] = []
     for package in package_names():
         config = load_package(package)
-        if config.npuctl_platform not in definition.families or config.user_space is None:
+        wanted = config.wanted_user_space()
+        if config.npuctl_platform not in definition.families or wanted is None:
             continue
-        document = yaml.safe_load(config.user_space.read_text(encoding="utf-8"))
-        build = next(b for b in document["builds"] if b["version"] == document["wanted"])
-        debs = build["debs"]
+        debs = wanted.debs
         if not any(deb["file"].endswith(f"_{architecture}.deb") for deb in debs):
             continue  # not built for this architecture: a delegate comes by CDI
         try:
-            found += pinned_debs(debs, config.user_space.name)
+            found += pinned_debs(debs, wanted.described_in)
         except BuildError as error:
             raise ImageError(str(error), ExitCode.INPUT) from None
     return found

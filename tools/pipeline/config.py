@@ -151,6 +151,16 @@ def _web(repository: str) -> str:
 
 
 @dataclass(frozen=True)
+class UserSpaceBuild:
+    """A family's wanted user-space build: the suite of the project's repository that
+    carries it and its .debs (each its pool file and sha256), as described in a file."""
+
+    suite: str
+    debs: list[dict[str, str]]
+    described_in: str
+
+
+@dataclass(frozen=True)
 class Config:
     name: str
     module: str
@@ -195,6 +205,16 @@ class Config:
     # tree) of the Debian builds it knows, the one a board should have ("wanted") and the
     # suite of the project's apt repository that carries it ("repository_suite").
     user_space: Path | None = None
+
+    def wanted_user_space(self) -> UserSpaceBuild | None:
+        """The build of the family's user space it wants; None without a user space."""
+        if self.user_space is None:
+            return None
+        document = yaml.safe_load(self.user_space.read_text(encoding="utf-8"))
+        build = next(b for b in document["builds"] if b["version"] == document["wanted"])
+        return UserSpaceBuild(
+            str(document["repository_suite"]), build["debs"], self.user_space.name
+        )
 
     @property
     def patches_dir(self) -> Path:

@@ -289,7 +289,7 @@ def pinned_debs(debs: list[dict], pinned_in: str) -> list[Path]:
 
     found = []
     for deb in debs:
-        target = cache_root() / "debs" / Path(deb["file"]).name
+        target = _cached_deb(deb)
         if not target.is_file() or sha256_of(target) != deb["sha256"]:
             download(f"{debian_mirror()}/{deb['file']}", target, deb["sha256"], pinned_in)
         found.append(target)
@@ -297,4 +297,8 @@ def pinned_debs(debs: list[dict], pinned_in: str) -> list[Path]:
 
 
 def pinned_debs_cached(debs: list[dict]) -> bool:
-    return all((cache_root() / "debs" / Path(deb["file"]).name).is_file() for deb in debs)
+    return all(_cached_deb(deb).is_file() for deb in debs)
+
+
+def _cached_deb(deb: dict) -> Path:
+    return cache_root() / "debs" / Path(deb["file"]).name

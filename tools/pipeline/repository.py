@@ -27,8 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from . import identity
 from .config import load_package, package_names
 from .errors import BuildError, ExitCode
@@ -312,13 +310,9 @@ def user_space_suites() -> list[tuple[str, list[Path]]]:
     checked against the description's checksums, cached)."""
     found = []
     for package in package_names():
-        described = load_package(package).user_space
-        if described is None:
-            continue
-        document = yaml.safe_load(described.read_text(encoding="utf-8"))
-        build = next(b for b in document["builds"] if b["version"] == document["wanted"])
-        debs = pinned_debs(build["debs"], described.name)
-        found.append((str(document["repository_suite"]), debs))
+        wanted = load_package(package).wanted_user_space()
+        if wanted is not None:
+            found.append((wanted.suite, pinned_debs(wanted.debs, wanted.described_in)))
     return found
 
 
