@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import DKMS_DIR as REPO_DKMS
 from pipeline.config import config_path, kernel_min_regex, load_config
 from pipeline.errors import BuildError, ExitCode
 
@@ -65,9 +66,17 @@ def test_bad_kernel_minimum_is_one_clear_error():
     assert "MAJOR.MINOR" in str(raised.value)
 
 
+def _scratch_description(tmp_path: Path) -> Path:
+    """Where a copy of a description finds its soc and board files as in the tree."""
+    (tmp_path / "dkms").mkdir()
+    (tmp_path / "dkms" / "socs").symlink_to(REPO_DKMS / "socs")
+    (tmp_path / "provision").symlink_to(REPO_DKMS.parent / "provision")
+    return tmp_path / "dkms" / "package.yaml"
+
+
 def test_missing_key_names_the_key(tmp_path: Path):
     text = Path(config_path("aipu-dkms")).read_text(encoding="utf-8")
-    broken = tmp_path / "package.yaml"
+    broken = _scratch_description(tmp_path)
     broken.write_text(re.sub(r"(?m)^  module: .*\n", "", text), encoding="utf-8")
     with pytest.raises(BuildError) as raised:
         load_config(broken)
@@ -77,7 +86,7 @@ def test_missing_key_names_the_key(tmp_path: Path):
 
 def test_invalid_commit_is_rejected(tmp_path: Path):
     text = Path(config_path("aipu-dkms")).read_text(encoding="utf-8")
-    broken = tmp_path / "package.yaml"
+    broken = _scratch_description(tmp_path)
     broken.write_text(re.sub(r"commit: [0-9a-f]{40}", "commit: main", text), encoding="utf-8")
     with pytest.raises(BuildError, match=r"upstream\.commit"):
         load_config(broken)

@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from oci_image.definition import IMAGES_DIR, image_names, load
 from oci_image.errors import ImageError
 from pipeline import schema
-from pipeline.config import PACKAGE_SCHEMA, load_config, package_names
+from pipeline.config import PACKAGE_SCHEMA, load_config, package_names, with_soc
 from pipeline.errors import BuildError, ExitCode
 from rocket_emu import pins
 from rocket_emu.errors import EmulationError
@@ -35,7 +35,10 @@ def test_each_schema_is_a_valid_json_schema(path: Path) -> None:
 def test_every_description_of_the_tree_passes_its_schema() -> None:
     for name in package_names():
         assert (
-            schema.problem(yaml.safe_load((REPO / f"dkms/{name}.yaml").read_text()), PACKAGE_SCHEMA)
+            schema.problem(
+                with_soc(yaml.safe_load((path := REPO / f"dkms/{name}.yaml").read_text()), path),
+                PACKAGE_SCHEMA,
+            )
             is None
         )
     for name in image_names():
@@ -46,7 +49,8 @@ def test_every_description_of_the_tree_passes_its_schema() -> None:
 
 
 def _edited(tmp_path: Path, source: Path, edit) -> Path:
-    data = yaml.safe_load(source.read_text())
+    """A copy of the description, its soc's sections in it, edited."""
+    data = with_soc(yaml.safe_load(source.read_text()), source)
     edit(data)
     target = tmp_path / source.name
     target.write_text(yaml.safe_dump(data))

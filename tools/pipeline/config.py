@@ -1,8 +1,12 @@
 """Load a driver's description and derive every value the templates, the pipeline, the kernel
 lab and npuctl use. Each driver is described once, in dkms/<name>.yaml (upstream source and
 pin, kernel gate, device, firmware ids, the board files its package ships, how the lab makes
-it probe); its quilt series is patches/<name>/ and its board files provision/<name>/. The
-templates (dkms/dkms.conf.j2, debian/dkms/) and the code here serve every one of them."""
+it probe); its quilt series is patches/<name>/ and its board files provision/<name>/. What
+belongs to the board rather than to one driver (firmware ids, device node, board files, the
+lab's firmware tables) may instead be described once in dkms/socs/<soc>.yaml, named by the
+description's "soc", and its board files are then provision/<soc>/: two drivers for the same
+NPU share it. The templates (dkms/dkms.conf.j2, debian/dkms/) and the code here serve every
+one of them."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from .errors import BuildError, ExitCode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DKMS_DIR = REPO_ROOT / "dkms"  # one <package>.yaml per driver package, dkms.conf.j2
+SOCS_DIR = DKMS_DIR / "socs"  # <soc>.yaml: what every driver of one board's NPU shares
 PATCHES_ROOT = REPO_ROOT / "patches"  # <package>/: a quilt series
 PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>/ and npuctl's
 DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
@@ -86,12 +91,13 @@ class Upstream:
 class BoardFile:
     """A file of provision/<package>/ the driver package installs on every board."""
 
-    source: Path  # provision/<package>/<file>; a .j2 is rendered
+    source: Path  # provision/<package or soc>/<file>; a .j2 is rendered
     directory: str  # where it goes, without the leading slash ("usr/lib/udev/rules.d")
+    installed_name: str = ""  # the file's name on the board, when not the source's
 
     @property
     def name(self) -> str:
-        return self.source.name.removesuffix(".j2")
+        return self.installed_name or self.source.name.removesuffix(".j2")
 
     @property
     def installed_path(self) -> str:
@@ -180,6 +186,9 @@ class Config:
     # Packages building the same module that installing this one removes, each as a Debian
     # relation ("sky1-npu-dkms", "cix-npu-driver (<< 2~)"): Conflicts and Replaces.
     takes_over_relations: tuple[str, ...]
+    # The package of the same family this one is an alternative driver line to ("" for none):
+    # npuctl speaks of that one unless this one is installed.
+    alternative_to: str
     changelog_date: str
     changelog_distribution: str
     upstream: Upstream
@@ -372,14 +381,41 @@ def _upstream(data: dict[str, Any]) -> Upstream:
 
 
 def _board_file(package: str, item: dict[str, Any], path: Path) -> BoardFile:
-    """provision/<package>/ of the tree the description is in."""
+    """provision/<package>/ (or provision/<soc>/) of the tree the description is in; a soc's
+    file is installed under the name its "name" gives, {package} being the package's."""
     tree = path.resolve().parent.parent
-    source = tree / PROVISION_DIR.name / package / str(item["file"])
+    source = tree / PROVISION_DIR.name / str(item.get("soc", package)) / str(item["file"])
     if not source.is_file():
         raise BuildError(
             f"{path}: board file {source.relative_to(tree)} does not exist", ExitCode.USAGE
         )
-    return BoardFile(source, str(item["to"]).strip("/"))
+    name = str(item.get("name", "")).replace("{package}", package)
+    return BoardFile(source, str(item["to"]).strip("/"), name)
+
+
+def with_soc(data: Any, path: Path) -> Any:
+    """The description with what its soc describes filled in: a section the description
+    lacks comes from the soc; of "package" and "lab", the soc's settings updated by its own."""
+    if not isinstance(data, dict) or "soc" not in data:
+        return data
+    soc_path = path.resolve().parent / SOCS_DIR.name / f"{data['soc']}.yaml"
+    try:
+        soc = yaml.safe_load(soc_path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise BuildError(
+            f"{path}: soc {data['soc']!r}: {error.strerror}", ExitCode.USAGE
+        ) from error
+    except yaml.YAMLError as error:
+        raise BuildError(f"{soc_path} is not valid YAML: {error}", ExitCode.USAGE) from error
+    merged = {key: value for key, value in data.items() if key != "soc"}
+    for key, value in soc.items():
+        if key == "board_files":
+            value = [{**item, "soc": data["soc"]} for item in value]
+        if key not in merged:
+            merged[key] = value
+        elif key in ("package", "lab"):
+            merged[key] = {**value, **merged[key]}
+    return merged
 
 
 def load_config(path: Path) -> Config:
@@ -389,6 +425,7 @@ def load_config(path: Path) -> Config:
         raise BuildError(f"cannot read {path}: {error.strerror}", ExitCode.USAGE) from error
     except yaml.YAMLError as error:
         raise BuildError(f"{path} is not valid YAML: {error}", ExitCode.USAGE) from error
+    data = with_soc(data, path)
     problem = schema.problem(data, PACKAGE_SCHEMA)
     if problem:
         raise BuildError(f"{path}: {problem}", ExitCode.USAGE)
@@ -414,6 +451,7 @@ def load_config(path: Path) -> Config:
         description=" ".join(text("package.description").split()),
         changelog_entry=" ".join(text("package.changelog.entry").split()),
         takes_over_relations=tuple(data["package"]["takes_over"]),
+        alternative_to=str(data["package"].get("alternative_to", "")),
         changelog_date=text("package.changelog.date"),
         changelog_distribution=text("package.changelog.distribution"),
         upstream=_upstream(data),

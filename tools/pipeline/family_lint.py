@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import REPO_ROOT
+from .config import REPO_ROOT, with_soc
 
 # The shared code: npuctl's core and server, and the tools every family goes through.
 SHARED = (
@@ -69,7 +69,7 @@ class Finding:
 def families(root: Path) -> list[Family]:
     found: dict[str, set[str]] = {}
     for path in sorted((root / "dkms").glob("*.yaml")):
-        package = yaml.safe_load(path.read_text(encoding="utf-8"))["package"]
+        package = with_soc(yaml.safe_load(path.read_text(encoding="utf-8")), path)["package"]
         names = found.setdefault(package["npuctl_platform"], set())
         names |= {
             package["name"],
