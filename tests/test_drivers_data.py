@@ -10,7 +10,7 @@ import yaml
 
 from npuctl import drivers as npuctl_side
 from pipeline import npuctl_drivers
-from pipeline.config import PROVISION_DIR, load_package, package_names
+from pipeline.config import PROVISION_DIR, SOCS_DIR, load_package, package_names
 from pipeline.errors import BuildError
 
 from .conftest import run
@@ -50,7 +50,10 @@ def test_the_families_extras_are_generated_from_the_descriptions(tmp_path):
 def test_npuctl_reads_the_same_driver_the_package_is_built_from():
     for name in package_names():
         config = load_package(name)
-        driver = npuctl_side.for_platform(config.npuctl_platform)
+        driver = next(d for d in npuctl_side.all_drivers() if d.package == name)
+        if not config.alternative_to:
+            assert npuctl_side.for_platform(config.npuctl_platform) == driver
+        assert driver.alternative_to == config.alternative_to
         assert (driver.package, driver.module, driver.platform_driver) == (
             config.name,
             config.module,
@@ -63,7 +66,11 @@ def test_npuctl_reads_the_same_driver_the_package_is_built_from():
 
 def test_every_board_file_has_one_owner():
     owned = {f.source for name in package_names() for f in load_package(name).board_files}
-    for name in package_names():
+    # A package's own board files, or those of the soc its description names.
+    owners = {*package_names(), *(path.stem for path in SOCS_DIR.glob("*.yaml"))}
+    for name in owners:
+        if not (PROVISION_DIR / name).is_dir():
+            continue
         present = {path for path in (PROVISION_DIR / name).iterdir() if path.is_file()}
         assert present == {path for path in owned if path.parent.name == name}
     # The site files of 'npuctl provision': the shared folder's and each family's, each file
@@ -83,5 +90,20 @@ def test_every_board_file_has_one_owner():
     from pipeline.npuctl_package import SERVE_UNIT
 
     folders = {path.name for path in PROVISION_DIR.iterdir() if path.is_dir()}
-    assert folders == {*package_names(), "npuctl", SERVE_UNIT.parent.name}
+    assert folders <= {*owners, "npuctl", SERVE_UNIT.parent.name}
+    assert {"npuctl", SERVE_UNIT.parent.name} <= folders
     assert [p.name for p in SERVE_UNIT.parent.iterdir()] == [SERVE_UNIT.name]
+
+
+def test_two_driver_lines_of_one_family_ship_their_board_files_under_their_own_names():
+    alternatives = [name for name in package_names() if load_package(name).alternative_to]
+    assert alternatives, "no family has two driver lines"
+    for name in alternatives:
+        config = load_package(name)
+        other = load_package(config.alternative_to)
+        assert config.npuctl_platform == other.npuctl_platform
+        # The same rules, rendered for each package, each under the package's own name.
+        assert [f.source for f in config.board_files] == [f.source for f in other.board_files]
+        assert all(name in f.name and other.name not in f.name for f in config.board_files)
+        # One replaces the other, in both directions.
+        assert other.name in config.takes_over and name in other.takes_over

@@ -40,6 +40,7 @@ def description(config: Config) -> dict[str, object]:
         "config_in_tree": [symbol[1:] for symbol in gate if symbol.startswith("!")],
         "in_tree_module": config.kernel_in_tree_module,
         "takes_over": list(config.takes_over),
+        "alternative_to": config.alternative_to,
         "board_files": [board_file.installed_path for board_file in config.board_files],
     }
 

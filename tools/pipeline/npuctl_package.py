@@ -37,15 +37,20 @@ def _context(config: Config, version: str) -> dict[str, object]:
         "maintainer": config.maintainer,
         "homepage": config.project_homepage,
         "distribution": config.changelog_distribution,
-        # The board's NPU driver, whichever family: every driver package of dkms/.
-        "driver_packages": package_names(),
+        # The board's NPU driver, whichever family: every driver package of dkms/ but an
+        # alternative driver line, which is never what apt picks for a Recommends.
+        "driver_packages": [
+            name for name in package_names() if not load_package(name).alternative_to
+        ],
         "descriptions": _descriptions(),
     }
 
 
 def _descriptions() -> dict[str, str]:
     """The packages' descriptions, naming each NPU as its driver's description does."""
-    named = [load_package(name).npuctl_description for name in package_names()]
+    # One description per NPU family, however many driver lines it has.
+    configs = [load_package(name) for name in package_names()]
+    named = list({config.npuctl_platform: config.npuctl_description for config in configs}.values())
     npus = " and ".join(str(entry["npu"]) for entry in named)
     boards = " or ".join(str(entry["board"]) for entry in named)
     models = [str(model) for entry in named for model in entry["models"]]

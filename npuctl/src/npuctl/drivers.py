@@ -34,6 +34,7 @@ class Driver:
     config_in_tree: tuple[str, ...]  # symbols that mean the kernel has the driver itself
     in_tree_module: str  # the kernel's own copy's module name (CIX's tree: armchina_npu)
     takes_over: tuple[str, ...]  # packages building the same module that it replaces
+    alternative_to: str  # the family's package this one is another driver line to, or ""
     board_files: tuple[str, ...]  # what the package installs for the board (udev, modprobe)
 
     def device_paths(self, system: System) -> list[str]:
@@ -77,6 +78,7 @@ def all_drivers() -> tuple[Driver, ...]:
             config_in_tree=tuple(entry["config_in_tree"]),
             in_tree_module=entry["in_tree_module"],
             takes_over=tuple(entry["takes_over"]),
+            alternative_to=entry["alternative_to"],
             board_files=tuple(entry["board_files"]),
         )
         for entry in document["drivers"]
@@ -84,4 +86,32 @@ def all_drivers() -> tuple[Driver, ...]:
 
 
 def for_platform(platform: str) -> Driver:
-    return next(driver for driver in all_drivers() if driver.platform == platform)
+    """The family's driver package; of several driver lines, the one the others are
+    alternatives to."""
+    return next(
+        driver
+        for driver in all_drivers()
+        if driver.platform == platform and not driver.alternative_to
+    )
+
+
+def installed_for_platform(system: System, platform: str) -> Driver:
+    """The family's driver whose package dpkg has installed, where the family has more than
+    one driver line; the family's driver (for_platform) when none is, or dpkg cannot say."""
+    candidates = [driver for driver in all_drivers() if driver.platform == platform]
+    if len(candidates) > 1:
+        result = system.run(
+            "dpkg-query",
+            "-W",
+            "-f=${Package} ${db:Status-Status}\n",
+            *(driver.package for driver in candidates),
+        )
+        installed = {
+            line.split()[0]
+            for line in (result.stdout if result else "").splitlines()
+            if line.endswith(" installed")
+        }
+        for driver in candidates:
+            if driver.package in installed:
+                return driver
+    return for_platform(platform)

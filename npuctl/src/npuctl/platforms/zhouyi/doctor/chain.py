@@ -11,15 +11,13 @@ from npuctl.doctor.chain import Step
 from npuctl.doctor.dkms_driver import DriverChecks
 from npuctl.doctor.findings import Report, skip
 from npuctl.doctor.options import Options
-from npuctl.drivers import for_platform
+from npuctl.drivers import installed_for_platform
 from npuctl.platform import Board
 from npuctl.system import System
 
 from ..facts import DEFAULT_TIMEOUT_MS, locate
 from . import host, npu, pairing
 from .noe_paths import check_noe_paths
-
-DRIVER = for_platform("zhouyi")
 
 
 def _library(options: Options) -> Path:
@@ -38,7 +36,9 @@ def check_board(system: System, report: Report) -> Board | None:
 
 
 def driver_steps(system: System, report: Report) -> list[Step]:
-    driver = DriverChecks(system, DRIVER, report, explain_unbound=host.explain_unbound)
+    # Either driver line (aipu-dkms's CIX 5.11, or Arm China's Compass): the one installed.
+    installed = installed_for_platform(system, "zhouyi")
+    driver = DriverChecks(system, installed, report, explain_unbound=host.explain_unbound)
     return [*driver.steps(needs=()), driver.device_step(needs=("bound",))]
 
 
