@@ -31,12 +31,14 @@ $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
 	tools/install-deps.sh
 	touch $@
 
-## fetch: get, verify (git tree id) and cache every driver package's pinned upstream source
+## fetch: get, verify (git tree id) and cache every driver package's pinned upstream source,
+## and the pinned libnoe .deb the driver-line tests run (from aipu-dkms's upstream)
 # Every package is tried: one whose upstream cannot be reached does not keep the others'
 # sources (and their tests) away; the exit status says that one failed.
 fetch: $(DEPS_STAMP)
 	failed=0; for package in $$($(BUILD_TOOL) packages); do \
-		$(BUILD_TOOL) --package $$package fetch || failed=$$?; done; exit $$failed
+		$(BUILD_TOOL) --package $$package fetch || failed=$$?; done; \
+	$(PY) -m testkit.fake_aipu fetch || failed=$$?; exit $$failed
 
 ## patch: write PACKAGE's upstream + patches to build/src (for reading or a plain kbuild)
 patch: $(DEPS_STAMP)
