@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pipeline.config import load_package
+from pipeline.errors import BuildError
+from pipeline.library_package import build_library_package, cached_library_upstream
 from testkit import zhouyi_uapi
 from testkit.fake_aipu import FakeKmd, run_umd, unpacked_libnoe
 
@@ -87,10 +90,11 @@ def test_the_lines_differ_where_a_user_space_talks_first(ioctls):
 
 
 def test_libnoe_initialises_on_the_5_11_line_it_pairs_with(libnoe, ioctls, tmp_path):
-    kmd = FakeKmd(_packaged("aipu-dkms"), "5.11.0", isa_version=6)
+    kmd = FakeKmd(_packaged("aipu-dkms"), "5.11.0", isa_version=5)
     trace = run_umd(kmd, libnoe, "noe", tmp_path)
     assert trace.output[0] == "noe_init_context 0", trace.output
     assert "noe_get_core_count 0 3" in trace.output
+    assert "noe_get_target 0 X2_1204MP3" in trace.output  # Arm China's x2: the CD8180's
     numbers = {ioctl.number for ioctl in ioctls[PACKAGED["aipu-dkms"].title]}
     issued = trace.ioctls()
     assert issued and all(int(call["number"], 16) in numbers for call in issued)
@@ -98,7 +102,7 @@ def test_libnoe_initialises_on_the_5_11_line_it_pairs_with(libnoe, ioctls, tmp_p
 
 
 def test_libnoe_fails_at_its_first_call_on_the_compass_line(libnoe, tmp_path):
-    kmd = FakeKmd(_packaged("aipu-compass-dkms"), "6.1.0", isa_version=6)
+    kmd = FakeKmd(_packaged("aipu-compass-dkms"), "6.1.0", isa_version=5)
     trace = run_umd(kmd, libnoe, "noe", tmp_path)
     assert trace.output[-1] == "noe_init_context 4", trace.output
     assert trace.ioctls() == [
@@ -114,3 +118,44 @@ def test_the_doctors_pair_table_says_what_the_map_shows():
     compass = pairs[".".join(load_package("aipu-compass-dkms").upstream_version.split(".")[:2])]
     assert compass["umd"] is None  # no libnoe speaks it: the test above
     assert re.search(r"\b200 bytes\b.*\b424\b", " ".join(compass["changed"].split()))
+
+
+@pytest.fixture(scope="module")
+def libaipudrv(tmp_path_factory) -> Path:
+    """libaipudrv as the project packages it, unpacked."""
+    _needs_tools()
+    config = load_package("aipu-compass-dkms")
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("aarch64-linux-gnu-g++ is not installed: run 'make deps'")
+    if cached_library_upstream(config) is None:
+        pytest.skip("the pinned libaipudrv source is not in the cache: run 'make fetch'")
+    try:
+        deb = build_library_package(config, tmp_path_factory.mktemp("dist"), lintian=False)
+    except BuildError as error:
+        pytest.fail(str(error))
+    root = tmp_path_factory.mktemp("libaipudrv")
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    return root / "usr/lib/aarch64-linux-gnu" / config.library.soname
+
+
+@pytest.mark.parametrize("title", [line.title for line in LINES if "6." in line.title])
+def test_libaipudrv_initialises_on_the_6_x_lines(libaipudrv, ioctls, title, tmp_path):
+    line = next(line for line in LINES if line.title == title)
+    trace = run_umd(FakeKmd(_header(line), "6.1.0", isa_version=5), libaipudrv, "aipu", tmp_path)
+    assert trace.output[0] == "aipu_init_context 0", trace.output
+    assert "aipu_get_core_count 0 3" in trace.output
+    assert "aipu_get_target 0 X2_1204MP3" in trace.output
+    assert trace.output[-1] == "aipu_deinit_context 0"
+    numbers = {ioctl.number for ioctl in ioctls[title]}
+    issued = trace.ioctls()
+    assert issued and all(int(call["number"], 16) in numbers for call in issued)
+
+
+@pytest.mark.parametrize("title", [line.title for line in LINES if "5.11" in line.title])
+def test_libaipudrv_fails_at_its_first_call_on_the_5_11_lines(libaipudrv, title, tmp_path):
+    line = next(line for line in LINES if line.title == title)
+    trace = run_umd(FakeKmd(_header(line), "5.11.0", isa_version=5), libaipudrv, "aipu", tmp_path)
+    assert trace.output[-1] == "aipu_init_context 4", trace.output
+    assert trace.ioctls() == [
+        {"nr": "0", "size": "200", "number": "0x80c84100", "result": "ENOTTY"}
+    ]

@@ -20,6 +20,7 @@ packages=(
 	debootstrap zstd                           # Debian chroots with real kernel headers
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # cross builds: arm64 headers, the accel shim
 	libstdc++6-arm64-cross                     # the real libnoe (C++) under qemu-aarch64
+	g++-aarch64-linux-gnu                      # Arm China's libaipudrv (C++), built for arm64
 	qemu-user                                  # Debian's arm64 Teflon under npuctl's probe
 	podman runc busybox-static                 # a real container given the NPU through CDI
 	mmdebstrap arch-test                       # make image, the emulated board: root file systems

@@ -98,6 +98,11 @@ def _described(args: argparse.Namespace) -> Config:
 
 def _fetch_command(args: argparse.Namespace) -> int:
     print(_fetch(args.described))
+    config = _described(args)
+    if config.library is not None:  # its own subtree of the same commit
+        from .library_package import library_upstream
+
+        print(library_upstream(config, os.environ.get("UPSTREAM_GIT") or None))
     return ExitCode.OK
 
 
@@ -182,6 +187,11 @@ def _deb(args: argparse.Namespace) -> int:
     upstream = _fetch(args.described)
     for artifact in build_packages(config, upstream, args.build_dir, args.dist, lintian=lintian):
         print(artifact)
+    if config.library is not None:
+        from .library_package import build_library_package
+
+        git_source = os.environ.get("UPSTREAM_GIT") or None
+        print(build_library_package(config, args.dist, git_source=git_source, lintian=lintian))
     return ExitCode.OK
 
 

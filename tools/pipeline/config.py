@@ -157,6 +157,30 @@ def _web(repository: str) -> str:
 
 
 @dataclass(frozen=True)
+class Library:
+    """A user-mode library built from the same upstream commit, packaged on its own."""
+
+    package: str  # the binary package (libaipudrv6)
+    version: str  # the library's own version (6.1.0)
+    soname: str  # libaipudrv.so.6
+    subtree: str  # of the upstream repository, at the description's commit
+    tree_id: str
+    license: str
+    license_file: str  # in the subtree
+    summary: str
+    description: str  # Jinja, rendered with the description's values
+    make_directory: str  # in the subtree
+    make_target: str
+    make_variables: dict[str, str]  # {objects}, {output}, {soname}, {file_name} filled in
+    bundled: tuple[dict[str, str], ...] = ()  # others' code compiled in: files, copyright, license
+
+    @property
+    def file_name(self) -> str:
+        """libaipudrv.so.6.1.0: the soname's stem and the whole version."""
+        return f"{self.soname.rsplit('.so.', 1)[0]}.so.{self.version}"
+
+
+@dataclass(frozen=True)
 class UserSpaceBuild:
     """A family's wanted user-space build: the suite of the project's repository that
     carries it and its .debs (each its pool file and sha256), as described in a file."""
@@ -214,6 +238,7 @@ class Config:
     # tree) of the Debian builds it knows, the one a board should have ("wanted") and the
     # suite of the project's apt repository that carries it ("repository_suite").
     user_space: Path | None = None
+    library: Library | None = None  # a user-mode library built from the same commit
 
     def wanted_user_space(self) -> UserSpaceBuild | None:
         """The build of the family's user space it wants; None without a user space."""
@@ -486,6 +511,28 @@ def load_config(path: Path) -> Config:
             if data["package"].get("user_space")
             else None
         ),
+        library=_library(data.get("library")),
         directory=path.resolve().parent,
     )
     return config
+
+
+def _library(data: dict[str, Any] | None) -> Library | None:
+    if not data:
+        return None
+    make = data["make"]
+    return Library(
+        package=str(data["package"]),
+        version=str(data["version"]),
+        soname=str(data["soname"]),
+        subtree=str(data["subtree"]).strip("/"),
+        tree_id=str(data["tree_id"]),
+        license=str(data["license"]),
+        license_file=str(data["license_file"]),
+        summary=str(data["summary"]),
+        description=" ".join(str(data["description"]).split()),
+        make_directory=str(make["directory"]),
+        make_target=str(make["target"]),
+        make_variables={str(k): str(v) for k, v in make.get("variables", {}).items()},
+        bundled=tuple(dict(item) for item in data.get("bundled", ())),
+    )

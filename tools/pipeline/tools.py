@@ -23,6 +23,8 @@ TOOL_PACKAGES = {
     "dh_dkms": "dh-dkms",
     "lintian": "lintian",
     "make": "make",
+    "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu",
+    "aarch64-linux-gnu-strip": "binutils-aarch64-linux-gnu",
     "fakeroot": "fakeroot",
     "depmod": "kmod",
     "piuparts": "piuparts",

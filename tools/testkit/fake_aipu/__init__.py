@@ -24,7 +24,7 @@ SYSROOT = Path("/usr/aarch64-linux-gnu")  # the cross toolchain's arm64 libc and
 class FakeKmd:
     header: Path  # the line's armchina_aipu.h
     version: str  # what AIPU_IOCTL_GET_DRIVER_VERSION answers
-    isa_version: int  # the partition's ISA version it reports (5: Zhouyi V3, 6: V3_1)
+    isa_version: int  # the partition's ISA version it reports (5: Zhouyi V3, the CD8180's)
 
 
 @dataclass(frozen=True)

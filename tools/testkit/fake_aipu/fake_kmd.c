@@ -102,6 +102,12 @@ static int answer(unsigned long request, void *argument)
 		cap->partition_cnt = 1;
 		cap->asid_cnt = 4;
 		cap->is_homogeneous = 1;
+		/*
+		 * A KMD reports the GM (global memory) regions its hardware register gives, at
+		 * least 512 KiB; a UMD uses GM on a V3 core and fails its init without them.
+		 */
+		cap->gm0_size = 2 << 20;
+		cap->gm1_size = 2 << 20;
 		describe_partition(&cap->partition_cap);
 		return 0;
 	}

@@ -1,6 +1,6 @@
 /*
  * What an application of a Zhouyi user-mode driver does first: open a context, ask the NPU's
- * topology, close it. The UMD's functions carry its prefix (libnoe's noe_, libaipudrv's aipu_;
+ * topology and target, close it. The UMD's functions carry its prefix (libnoe's noe_, libaipudrv's aipu_;
  * the same API otherwise) and are looked up by name in the library given, which is
  * dlopen()ed, so no link-time copy of it is needed. Prints one line per call:
  * "<function> <status>" and, for the counts, the count.
@@ -14,6 +14,7 @@ typedef int (*deinit_t)(void *);
 typedef int (*count_t)(void *, uint32_t *);
 typedef int (*cluster_count_t)(void *, uint32_t, uint32_t *);
 typedef int (*core_count_t)(void *, uint32_t, uint32_t, uint32_t *);
+typedef int (*target_t)(void *, char *);
 
 static void *library;
 static const char *prefix;
@@ -65,6 +66,12 @@ int main(int argc, char **argv)
 	if ((found = function("get_core_count", name, sizeof(name)))) {
 		status = ((core_count_t)found)(context, 0, 0, &cores);
 		printf("%s %d %u\n", name, status, cores);
+	}
+	if ((found = function("get_target", name, sizeof(name)))) {
+		char target[64] = { 0 }; /* the libraries write no NUL */
+
+		status = ((target_t)found)(context, target);
+		printf("%s %d %.63s\n", name, status, target);
 	}
 	if (!(found = function("deinit_context", name, sizeof(name))))
 		return 2;
