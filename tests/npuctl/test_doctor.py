@@ -485,6 +485,12 @@ def test_the_driver_version_is_read_through_its_ioctl(board, image, aipu_shim, t
             "sudo apt install aipu-dkms && sudo modprobe -r aipu && sudo modprobe aipu",
         ),
         (
+            "6.1.0",  # aipu-compass-dkms: Arm China's line, for libaipudrv and its graphs
+            "0.6.0",
+            "Driver 6.1.0 with libnoe 0.6.0: Arm China's 6.x line numbers its ioctls",
+            "sudo apt install aipu-dkms && sudo modprobe -r aipu && sudo modprobe aipu",
+        ),
+        (
             "5.11.0",
             "0.5.0",
             "Driver 5.11.0 with libnoe 0.5.0: job descriptors do not match",
@@ -501,6 +507,9 @@ def test_a_driver_and_library_that_talk_past_each_other_fail_before_any_job(
     assert checks["versions"]["summary"].startswith(summary)
     assert checks["versions"]["fix"].startswith(fix)
     assert facts["kmd"]["version"] == kmd
+    if kmd.startswith("6.1"):  # what runs on that line instead, and which graphs it loads
+        assert "libaipudrv6" in checks["versions"]["detail"]
+        assert "not CIX's .cix files" in checks["versions"]["detail"]
     # libnoe never opened the NPU, so no job was ever submitted.
     assert checks["libnoe.context"]["status"] == "skipped"
     assert "do not work together" in checks["libnoe.context"]["summary"]

@@ -38,6 +38,7 @@ def test_the_ioctl_number_is_the_headers():
         ("5.11.0", "0.7.0", Status.FAIL, "this libnoe is newer than the driver"),
         ("6.0.1", "0.6.0", Status.FAIL, "the ioctl ABI changed in KMD 6.0"),
         ("6.0.3", "0.5.0", Status.FAIL, "the ioctl ABI changed in KMD 6.0"),
+        ("6.1.0", "0.6.0", Status.FAIL, "libnoe 0.6 fails at its first call with ENOTTY"),
         ("7.1.0", "0.6.0", Status.WARN, "a pair npuctl does not know"),
     ],
 )
@@ -54,6 +55,13 @@ def test_the_fix_installs_the_library_for_the_loaded_driver_or_the_driver_for_th
     assert "provision --umd-deb cix-noe-umd_2.0.2_arm64.deb" in verdict("5.11.0", "0.5.0").fix
     assert verdict("6.0.1", "0.6.0").fix.startswith("sudo apt install aipu-dkms")
     assert "libnoe 0.6.0 speaks KMD 5.11." in verdict("6.0.1", "0.6.0").detail
+
+
+def test_on_arm_chinas_line_the_doctor_names_its_user_space_and_graphs():
+    judged = verdict("6.1.0", "0.6.0")
+    assert judged.fix.startswith("sudo apt install aipu-dkms")
+    for part in ("libaipudrv6", "Compass NN compiler", "X2_1204", ".cix files"):
+        assert part in judged.detail
 
 
 def test_library_versions():

@@ -20,6 +20,7 @@ class Pair:
     umd_package: str = ""
     umd_deb: str = ""
     changed: str = ""  # what this series changed against the UMD before it
+    instead: str = ""  # the user space and graphs this series serves instead of libnoe
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def table() -> Table:
                 entry.get("umd_package", ""),
                 entry.get("umd_deb", ""),
                 " ".join(str(entry.get("changed", "")).split()),
+                " ".join(str(entry.get("instead", "")).split()),
             )
             for entry in document["pairs"]
         ),
@@ -104,6 +106,8 @@ def verdict(kmd: str, umd: str) -> Verdict:
     )
     if own.umd:
         detail += f" KMD {own.kmd} needs libnoe {own.umd} ({own.umd_package})."
+    if own.instead:
+        detail += f" {own.instead}"
     # The library CIX ships for the driver loaded, or else the driver the library speaks.
     if own.umd and own.umd_deb:
         fix = f"sudo npuctl provision --umd-deb {own.umd_deb}   # libnoe {own.umd}"
