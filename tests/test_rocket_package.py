@@ -53,9 +53,9 @@ def _field(deb: Path, name: str) -> str:
 
 
 def test_every_driver_package_is_one_folder():
-    assert package_names() == ["aipu-dkms", "rocket-dkms"]
+    assert package_names() == ["aipu-compass-dkms", "aipu-dkms", "rocket-dkms"]
     listed = run(sys.executable, "-m", "pipeline", "packages", cwd=ROOT)
-    assert listed.stdout.split() == ["aipu-dkms", "rocket-dkms"]
+    assert listed.stdout.split() == ["aipu-compass-dkms", "aipu-dkms", "rocket-dkms"]
 
 
 def test_the_source_is_the_pinned_paths_of_debians_linux(rocket: Config, rocket_tree: Path):

@@ -2,7 +2,9 @@
 chroot beside stand-ins that declare what the real packages declare (name, version,
 Provides): Orange Pi's cix-npu-driver and Sky1-Linux's sky1-npu-dkms are taken over (apt
 removes them), radxa-pkg's cix-drivers-dkms, which builds the GPU, VPU and ISP drivers too and
-merely Provides cix-npu-driver, stays installed in either order and after a purge.
+merely Provides cix-npu-driver, stays installed in either order and after a purge. And the
+same NPU's other driver line, aipu-compass-dkms (the real package, built here), and aipu-dkms
+replace each other in either order, so one aipu.ko is built.
 
 The stand-ins' declarations, as read in their own trees:
 - cix-npu-driver 1.0.0+2503.orangepi: changelogs/changelog.cix-npu-driver of
@@ -12,6 +14,7 @@ The stand-ins' declarations, as read in their own trees:
 - sky1-npu-dkms 1.0.0-2: Sky1-Linux's sky1-drivers-dkms.
 """
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -54,12 +57,29 @@ def stand_in(name: str, directory: Path) -> Path:
     return deb
 
 
+def other_line(scratch: Path) -> Path | None:
+    """aipu-compass-dkms as 'make deb' builds it, or None when its source is not cached."""
+    from pipeline.config import load_package
+    from pipeline.fetch import find_upstream
+    from pipeline.package import build_packages
+
+    config = load_package("aipu-compass-dkms")
+    tree = find_upstream(config)
+    if tree is None:
+        return None
+    built = build_packages(config, tree, scratch / "build", scratch / "dist", lintian=False)
+    return next(path for path in built if path.name.endswith("_all.deb"))
+
+
 @pytest.fixture(scope="module")
 def chroot(built_packages, tmp_path_factory):
     require_chroot_support()
     scratch = tmp_path_factory.mktemp("takeover")
     debs = {name: stand_in(name, scratch) for name in STAND_INS}
     debs["aipu-dkms"] = built_packages["deb"]
+    compass = other_line(scratch)
+    if compass is not None:
+        debs["aipu-compass-dkms"] = compass
     root = create_chroot(SUITES["trixie"], scratch / "chroot")
     try:
         with root.mounted():
@@ -82,7 +102,7 @@ def apt(chroot, *arguments: str):
 
 
 def clean(chroot) -> None:
-    apt(chroot, "purge", "aipu-dkms", *STAND_INS)
+    apt(chroot, "purge", "aipu-dkms", "aipu-compass-dkms", *STAND_INS)
 
 
 @pytest.mark.parametrize("other", ["cix-npu-driver", "sky1-npu-dkms"])
@@ -124,7 +144,7 @@ def test_an_unversioned_conflict_would_have_removed_cix_drivers_dkms(chroot, tmp
     subprocess.run(["dpkg-deb", "-R", chroot.path("/tmp/debs/aipu-dkms.deb"), bare], check=True)
     control = (bare / "DEBIAN/control").read_text(encoding="utf-8")
     control = control.replace("cix-npu-driver (<< 2~)", "cix-npu-driver")
-    assert "Conflicts: cix-npu-driver," in control
+    assert re.search(r"(?m)^Conflicts: .*\bcix-npu-driver(,|$)", control), control
     (bare / "DEBIAN/control").write_text(control, encoding="utf-8")
     subprocess.run(
         ["dpkg-deb", "-b", bare, chroot.path("/tmp/debs/bare.deb")], check=True, capture_output=True
@@ -147,3 +167,23 @@ def _removed(apt_output: str) -> list[str]:
         else:
             in_summary = False
     return removed
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("aipu-dkms", "aipu-compass-dkms"), ("aipu-compass-dkms", "aipu-dkms")]
+)
+def test_the_two_driver_lines_replace_each_other(chroot, first, second):
+    if chroot.run(["test", "-e", "/tmp/debs/aipu-compass-dkms.deb"], check=False).returncode:
+        pytest.skip("aipu-compass-dkms's upstream tree is not in the cache: run 'make fetch'")
+    clean(chroot)
+    assert apt(chroot, "install", f"/tmp/debs/{first}.deb").returncode == 0
+    result = apt(chroot, "install", f"/tmp/debs/{second}.deb")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert first in _removed(result.stdout)
+    assert state(chroot, second) == "ii"
+    assert state(chroot, first) in ("", "rc", "un")
+    # One DKMS module aipu, of the package installed.
+    registered = chroot.run(["ls", "/usr/src"], check=False).stdout.split()
+    assert [name for name in registered if name.startswith("aipu-")] == [
+        f"aipu-{chroot.run(['dpkg-query', '-W', '-f=${Version}', second]).stdout.split('-')[0]}"
+    ]
