@@ -24,6 +24,10 @@
  * the real one does); NOE_DOUBLE_LOAD_MS=2000 makes each graph's load take that long (a large
  * model, slowly read); NOE_DOUBLE_STALE_REUSE=1 makes a job that has run ignore new inputs
  * (a runtime whose jobs cannot be reused).
+ *
+ * Built with -DDOUBLE_LIBAIPUDRV it is a double of Arm China's libaipudrv 6.1.0 instead: the
+ * same functions named aipu_*, aipu_finish_job for noe_job_infer_sync, configurations that may
+ * be NULL (their defaults), an ioctl without a device argument whose GET_VERSION command is 273.
  */
 #include <time.h>
 #include <signal.h>
@@ -33,6 +37,27 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#ifdef DOUBLE_LIBAIPUDRV
+#define noe_init_context aipu_init_context
+#define noe_deinit_context aipu_deinit_context
+#define noe_get_error_message aipu_get_error_message
+#define noe_load_graph aipu_load_graph
+#define noe_unload_graph aipu_unload_graph
+#define noe_get_tensor_count aipu_get_tensor_count
+#define noe_get_tensor_descriptor aipu_get_tensor_descriptor
+#define noe_create_job aipu_create_job
+#define noe_load_tensor aipu_load_tensor
+#define noe_job_infer_sync aipu_finish_job
+#define noe_get_tensor aipu_get_tensor
+#define noe_clean_job aipu_clean_job
+#define noe_get_partition_count aipu_get_partition_count
+#define noe_get_cluster_count aipu_get_cluster_count
+#define noe_get_core_count aipu_get_core_count
+#define noe_get_target aipu_get_target
+#define noe_ioctl aipu_ioctl
+#define noe_set_freq aipu_set_freq
+#endif
 
 typedef uint32_t noe_status_t;
 typedef struct { uint32_t handle; } context_handler_t;
@@ -405,8 +430,13 @@ noe_status_t noe_create_job(const context_handler_t *ctx, uint64_t graph_id, uin
 	enter();
 	calls_job++;
 	trace("create_job");
+#ifdef DOUBLE_LIBAIPUDRV
+	qos = 0; /* NULL is the default configuration */
+	(void)cfg;
+#else
 	/* The real library reads the config unconditionally. */
 	qos = (cfg->conf_j_npu->misc >> 8) & 0xF;
+#endif
 	if (!valid_ctx(ctx))
 		return leave(2);
 	g = find_graph(graph_id);
@@ -637,14 +667,22 @@ noe_status_t noe_get_target(const context_handler_t *ctx, char *buf)
 	return 0;
 }
 
+#ifdef DOUBLE_LIBAIPUDRV
+noe_status_t noe_ioctl(context_handler_t *ctx, uint32_t cmd, void *arg)
+{
+	uint32_t dev = 1;
+	const uint32_t get_version = 273;
+#else
 noe_status_t noe_ioctl(context_handler_t *ctx, uint32_t dev, uint32_t cmd, void *arg)
 {
+	const uint32_t get_version = 270;
+#endif
 	noe_driver_version_t *v = arg;
 	const char *kmd = getenv("NOE_DOUBLE_KMD");
 
 	if (!valid_ctx(ctx))
 		return 2;
-	if (dev != 1 || cmd != 270)
+	if (dev != 1 || cmd != get_version)
 		return 0x13;
 	const char *umd = getenv("NOE_DOUBLE_UMD");
 

@@ -1,7 +1,7 @@
 """An arm64 Debian trixie file tree with Mesa's real Teflon from trixie-backports and a Python
-to run npuctl's probe in, for qemu-user. The packages come from Debian's archive through apt
-with private lists (the signed Release verifies every .deb), are cached between runs and
-are never committed."""
+(with numpy) to run npuctl's probe and its Zhouyi binding in, for qemu-user. The packages
+come from Debian's archive through apt with private lists (the signed Release verifies every
+.deb), are cached between runs and are never committed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pipeline.fetch import cache_root
 SUITE = "trixie"
 # The Teflon that drives rocket (Mesa >= 25.3); trixie itself has 25.0.7.
 TEFLON = "mesa-teflon-delegate=26.1.6-1~bpo13+1"
-PACKAGES = (TEFLON, "python3-minimal", "libpython3.13-stdlib", "python3-click")
+PACKAGES = (TEFLON, "python3-minimal", "libpython3.13-stdlib", "python3-click", "python3-numpy")
 MIRROR = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
@@ -93,5 +93,10 @@ def teflon_sysroot() -> Path:
     for directory in ("bin", "sbin", "lib"):  # the merged-/usr links base-files would make
         if not (root / directory).exists():
             (root / directory).symlink_to(f"usr/{directory}")
+    # The links update-alternatives makes in the BLAS and LAPACK packages' postinst (numpy's).
+    for library in ("blas/libblas.so.3", "lapack/liblapack.so.3"):
+        link = root / "usr/lib/aarch64-linux-gnu" / Path(library).name
+        if (link.parent / library).exists() and not link.exists():
+            link.symlink_to(library)
     stamp.write_text("\n".join(PACKAGES))
     return root

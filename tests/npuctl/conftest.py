@@ -32,7 +32,9 @@ def interruptible() -> None:
 DOUBLE_SOURCE = Path(__file__).resolve().parents[1] / "noe_double" / "libnoe_double.c"
 
 
-def shared_library(source: Path, target: Path, compiler: str | None = None) -> Path:
+def shared_library(
+    source: Path, target: Path, compiler: str | None = None, defines: tuple[str, ...] = ()
+) -> Path:
     """A test double or shim (C) built with warnings as errors; a skip without a compiler."""
     compiler = compiler or shutil.which("cc") or shutil.which("gcc")
     if compiler is None or shutil.which(compiler) is None:
@@ -46,6 +48,7 @@ def shared_library(source: Path, target: Path, compiler: str | None = None) -> P
             "-O2",
             "-shared",
             "-fPIC",
+            *(f"-D{define}" for define in defines),
             "-o",
             str(target),
             str(source),
@@ -59,6 +62,15 @@ def shared_library(source: Path, target: Path, compiler: str | None = None) -> P
 @pytest.fixture(scope="session")
 def libnoe_double(tmp_path_factory) -> Path:
     return shared_library(DOUBLE_SOURCE, tmp_path_factory.mktemp("double") / "libnoe.so")
+
+
+@pytest.fixture(scope="session")
+def libaipudrv_double(tmp_path_factory) -> Path:
+    """The double as Arm China's libaipudrv 6.1.0, installed as libaipudrv6 installs it."""
+    directory = tmp_path_factory.mktemp("libaipudrv")
+    shared_library(DOUBLE_SOURCE, directory / "libaipudrv.so.6.1.0", defines=("DOUBLE_LIBAIPUDRV",))
+    (directory / "libaipudrv.so.6").symlink_to("libaipudrv.so.6.1.0")
+    return directory / "libaipudrv.so.6"
 
 
 @pytest.fixture(scope="session")

@@ -449,10 +449,12 @@ def library_named(board, tmp_path, version):
     return directory / "libnoe.so"
 
 
-def doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd):
+def doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd, library=None):
+    """The doctor's findings with a driver of version ``kmd`` and libnoe ``umd`` (or
+    ``library``, another user-mode driver)."""
     env = {
         "LD_PRELOAD": str(aipu_shim),
-        "NPUCTL_LIBNOE": str(library_named(board, tmp_path, umd)),
+        "NPUCTL_LIBNOE": str(library or library_named(board, tmp_path, umd)),
         **({} if kmd is None else {"AIPU_SHIM_KMD": kmd}),
     }
     extra = {
@@ -524,3 +526,28 @@ def test_a_node_that_answers_no_version_ioctl_falls_back_to_the_module(
     assert code == 0
     assert facts["kmd"] == {"version": "5.11.0", "read_from": "/sys/module/aipu/version"}
     assert checks["versions"]["summary"] == "Driver 5.11.0, libnoe 0.6.0"
+
+
+def test_the_doctor_names_libaipudrv_and_judges_it_with_arm_chinas_line(
+    board, image, aipu_shim, tmp_path, libaipudrv_double
+):
+    code, checks, facts = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, "6.1.0", "6.1.0", library=libaipudrv_double
+    )
+    assert facts["umd"]["library"] == "libaipudrv" and facts["umd"]["version"] == "6.1.0"
+    assert checks["versions"]["status"] == "ok"
+    assert checks["versions"]["summary"] == "Driver 6.1.0, libaipudrv 6.1.0"
+    assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
+
+
+def test_libaipudrv_on_cixs_line_fails_before_any_job_with_the_other_package_as_fix(
+    board, image, aipu_shim, tmp_path, libaipudrv_double
+):
+    code, checks, _ = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, "5.11.0", "6.1.0", library=libaipudrv_double
+    )
+    assert code == 11
+    assert checks["versions"]["status"] == "failure"
+    assert "gets ENOTTY" in checks["versions"]["summary"]
+    assert checks["versions"]["fix"].startswith("sudo apt install aipu-compass-dkms")
+    assert "create_job" not in board.calls()  # no job was ever submitted

@@ -21,6 +21,8 @@ class Pair:
     umd_deb: str = ""
     changed: str = ""  # what this series changed against the UMD before it
     instead: str = ""  # the user space and graphs this series serves instead of libnoe
+    libaipudrv: str | None = None  # major.minor of the libaipudrv that speaks it
+    libaipudrv_package: str = ""  # the driver package that builds this series, for it
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ def table() -> Table:
                 entry.get("umd_deb", ""),
                 " ".join(str(entry.get("changed", "")).split()),
                 " ".join(str(entry.get("instead", "")).split()),
+                None if entry.get("libaipudrv") is None else str(entry["libaipudrv"]),
+                str(entry.get("libaipudrv_package", "")),
             )
             for entry in document["pairs"]
         ),
@@ -72,8 +76,11 @@ def _key(value: str) -> tuple[int, ...]:
     return tuple(int(part) for part in value.split("."))
 
 
-def verdict(kmd: str, umd: str) -> Verdict:
-    """The pair ``kmd`` (the driver's version string) and ``umd`` (libnoe's) judged."""
+def verdict(kmd: str, umd: str, library: str = "libnoe") -> Verdict:
+    """The pair ``kmd`` (the driver's version string) and ``umd`` (the user-mode driver's,
+    ``library`` being libnoe or libaipudrv) judged."""
+    if library == "libaipudrv":
+        return _libaipudrv_verdict(kmd, umd)
     pairs = table()
     shipped = pairs.for_kmd(series(pairs.shipped_kmd))
     assert shipped is not None and shipped.umd  # driver_pairs.yaml is checked by a test
@@ -120,15 +127,45 @@ def verdict(kmd: str, umd: str) -> Verdict:
     return Verdict(Status.FAIL, f"{named}: {reason}", detail, fix)
 
 
+def _libaipudrv_verdict(kmd: str, umd: str) -> Verdict:
+    """Arm China's libaipudrv numbers its versions as its KMD does: the same series pairs."""
+    pairs = table()
+    named = f"Driver {kmd} with libaipudrv {umd}"
+    own = pairs.for_kmd(series(kmd))
+    if own is not None and own.libaipudrv == series(umd):
+        return Verdict(Status.OK, f"Driver {kmd}, libaipudrv {umd}")
+    packaged = next((pair for pair in pairs.pairs if pair.libaipudrv_package), None)
+    fix = (
+        f"sudo apt install {packaged.libaipudrv_package} && sudo modprobe -r aipu && "
+        f"sudo modprobe aipu   # KMD {packaged.kmd}, which libaipudrv {packaged.libaipudrv} speaks"
+        if packaged
+        else None
+    )
+    if own is None or own.libaipudrv is None:
+        # A 5.x KMD: libaipudrv's first call, AIPU_IOCTL_QUERY_CAP, has another number there.
+        reason = (
+            "libaipudrv speaks Arm China's 6.x ioctls (struct aipu_cap of 200 bytes, where "
+            "KMD 5.11's is 424), so its first call gets ENOTTY"
+        )
+        return Verdict(Status.FAIL, f"{named}: {reason}", "docs/driver-lines.md", fix)
+    return Verdict(
+        Status.WARN,
+        f"{named}: a pair npuctl does not know",
+        f"KMD {own.kmd} pairs with libaipudrv {own.libaipudrv}.",
+        fix,
+    )
+
+
 def _known(pairs: Table) -> str:
     return ", ".join(
         f"KMD {pair.kmd} with libnoe {pair.umd or '(none published)'}" for pair in pairs.pairs
     )
 
 
-def umd_from_library_name(name: str) -> str:
-    """'0.6.0' of libnoe.so.0.6.0 (the real file behind libnoe.so); '' otherwise."""
-    match = re.fullmatch(r"libnoe\.so\.(\d+\.\d+\.\d+)", name)
+def umd_from_library_name(name: str, library: str = "libnoe") -> str:
+    """'0.6.0' of libnoe.so.0.6.0 (the real file behind libnoe.so), '6.1.0' of
+    libaipudrv.so.6.1.0 for library libaipudrv; '' otherwise."""
+    match = re.fullmatch(rf"{re.escape(library)}\.so\.(\d+\.\d+\.\d+)", name)
     return match[1] if match else ""
 
 

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 NAME = "zhouyi"
 DEFAULT_LIBRARY = "/usr/share/cix/lib/libnoe.so"
+# Arm China's libaipudrv as the libaipudrv6 package installs it (user_space.py chooses).
+LIBAIPUDRV_LIBRARY = "/usr/lib/aarch64-linux-gnu/libaipudrv.so.6"
 DEFAULT_TIMEOUT_MS = 10_000
 # noe_job_infer_sync takes the timeout as an int32.
 MAX_TIMEOUT_MS = 2**31 - 1

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from npuctl.system import System
 
 from .facts import CDI_KIND, DEFAULT_LIBRARY, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, NAME, locate
+from .user_space import installed_library
 
 COMMANDS = f"{__package__}.commands"  # the run commands' module
 
@@ -39,9 +40,12 @@ class Zhouyi(Platform):
             "--library",
             type=click.Path(path_type=Path),
             envvar="NPUCTL_LIBNOE",
-            default=DEFAULT_LIBRARY,
-            show_default=True,
-            help="Zhouyi: libnoe.so to use.",
+            default=installed_library,
+            show_default=DEFAULT_LIBRARY,
+            help=(
+                "Zhouyi: libnoe.so to use, or Arm China's libaipudrv.so.6 (the default where "
+                "it is installed and libnoe is not, or with aipu-compass-dkms)."
+            ),
         ),
         click.option(
             "--timeout-ms",

@@ -121,7 +121,9 @@ def check_versions(versions: dict[str, str], report: Report) -> None:
     if not any(finding.id == pairing.FINDING for finding in report.findings):
         known = report.facts.get("kmd")
         kmd = known["version"] if isinstance(known, dict) else versions.get("kmd", "")
-        pairing.report_pair(kmd, versions.get("umd", ""), report)
+        umd = report.facts.get("umd")
+        library = str(umd["library"]) if isinstance(umd, dict) else "libnoe"
+        pairing.report_pair(kmd, versions.get("umd", ""), report, library)
 
 
 def _immich(manifest: Manifest, usable: dict[str, Path], report: Report) -> None:

@@ -13,6 +13,7 @@ from npuctl.doctor.findings import Finding, Report, Status
 from npuctl.system import System
 
 from ..driver_pairs import umd_from_library_name, umd_from_package, verdict
+from ..user_space import library_name
 from .noe_paths import umd_package_version
 
 AREA = "driver-version"
@@ -32,14 +33,15 @@ def kmd_version(system: System, timeout: float) -> tuple[str | None, str]:
 
 
 def umd_version(system: System, library: Path) -> str:
-    found = umd_from_library_name(Path(os.path.realpath(library)).name)
-    if found:
+    name = library_name(library)
+    found = umd_from_library_name(Path(os.path.realpath(library)).name, name)
+    if found or name != "libnoe":
         return found
     package = umd_package_version(system)
     return umd_from_package(package) if package else ""
 
 
-def report_pair(kmd: str, umd: str, report: Report) -> bool:
+def report_pair(kmd: str, umd: str, report: Report, library: str = "libnoe") -> bool:
     """The pair's finding; False when the pair cannot work."""
     if not kmd:
         report.add(
@@ -47,14 +49,14 @@ def report_pair(kmd: str, umd: str, report: Report) -> bool:
                 FINDING,
                 AREA,
                 Status.FAIL,
-                f"Driver version: the kernel driver reports none (libnoe {umd or 'unknown'})",
+                f"Driver version: the kernel driver reports none ({library} {umd or 'unknown'})",
                 "It was built without KMD_VERSION, as upstream's Makefile does: "
                 "an old build (cix-npu-driver?) is loaded.",
                 fix="sudo apt install aipu-dkms && sudo modprobe -r aipu && sudo modprobe aipu",
             )
         )
         return False
-    judged = verdict(kmd, umd)
+    judged = verdict(kmd, umd, library)
     report.add(Finding(FINDING, AREA, judged.status, judged.summary, judged.detail, fix=judged.fix))
     return judged.status != Status.FAIL
 
@@ -64,6 +66,8 @@ def check_pair(system: System, library: Path, report: Report, timeout: float) ->
     if kmd is not None:
         report.facts["kmd"] = {"version": kmd, "read_from": source}
     umd = umd_version(system, library)
+    name = library_name(library)
+    report.facts["umd"] = {"library": name, "path": str(library), "version": umd}
     if kmd is None or not umd:
         return True  # judged once libnoe reports both (check_library)
-    return report_pair(kmd, umd, report)
+    return report_pair(kmd, umd, report, name)

@@ -1,12 +1,15 @@
-"""libnoe's C ABI (UMD 0.6.0, aarch64 LP64): struct layouts, enums and status codes.
+"""libnoe's C ABI (UMD 0.6.0, aarch64 LP64): struct layouts, enums and status codes; and
+where Arm China's libaipudrv, the same API under the prefix aipu_, differs (``Dialect``).
 
 Verified against the real library; several community guides get the data types wrong
-(S8 is 3 and S16 is 5; 1 is BOOL).
+(S8 is 3 and S16 is 5; 1 is BOOL). The tensor descriptor, the data types and the status codes
+npuctl acts on (3, 0x11, 0x23) are the same in libaipudrv 6.1.0's standard_api.h.
 """
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
@@ -112,6 +115,26 @@ NUMPY_DTYPES: dict[DataType, np.dtype] = {
 
 IOCTL_GET_VERSION = 270  # UMD 0.6.0 (271 in 0.5.0)
 DEVICE_NPU = 1
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A Zhouyi user-mode driver's C API: the same functions under its prefix, but for these."""
+
+    library: str  # what users call it
+    package: str  # the Debian package that installs it
+    prefix: str  # of every function: noe_init_context, aipu_init_context
+    infer: str  # the function that runs a job and waits for it
+    configs: bool  # load_graph and create_job dereference their configuration: pass one
+    ioctl_device: bool  # *_ioctl takes a device before the command
+    get_version: int  # the *_ioctl command that writes the UMD's and KMD's versions
+
+
+LIBNOE = Dialect("libnoe", "cix-noe-umd", "noe", "job_infer_sync", True, True, IOCTL_GET_VERSION)
+# libaipudrv 6.1.0 (Compass 4.2.0): its configurations default to NULL, and its ioctl command
+# enum puts AIPU_IOCTL_GET_VERSION at 273.
+LIBAIPUDRV = Dialect("libaipudrv", "libaipudrv6", "aipu", "finish_job", False, False, 273)
+DIALECTS = (LIBNOE, LIBAIPUDRV)
 TIMEOUT_STATUS = 0x23
 JOB_EXCEPTION_STATUS = 0x11
 OPEN_DEVICE_FAILED = 0x3

@@ -1,4 +1,5 @@
-"""ctypes binding of libnoe: one place for every C detail and every crash guard.
+"""ctypes binding of libnoe, and of Arm China's libaipudrv, the same API under the prefix
+aipu_ (abi.Dialect names what differs): one place for every C detail and every crash guard.
 
 Guards, each from a verified behaviour of the real library:
 * it is not thread-safe: every call goes through one process-wide lock;
@@ -19,7 +20,7 @@ import contextlib
 import ctypes
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,33 +44,57 @@ _c = ctypes
 _CTX = _c.POINTER(abi.ContextHandle)
 _STATUS = _c.c_uint32
 
-# name -> argument types; every function returns noe_status_t.
+# function (without the dialect's prefix) -> argument types; every one returns a status.
 _PROTOTYPES: dict[str, list] = {
-    "noe_init_context": [_c.POINTER(_CTX)],
-    "noe_deinit_context": [_CTX],
-    "noe_get_error_message": [_CTX, _STATUS, _c.POINTER(_c.c_char_p)],
-    "noe_load_graph": [_CTX, _c.c_char_p, _c.POINTER(_c.c_uint64), _c.POINTER(abi.GraphConfig)],
-    "noe_unload_graph": [_CTX, _c.c_uint64],
-    "noe_get_tensor_count": [_CTX, _c.c_uint64, _c.c_uint32, _c.POINTER(_c.c_uint32)],
-    "noe_get_tensor_descriptor": [
+    "init_context": [_c.POINTER(_CTX)],
+    "deinit_context": [_CTX],
+    "get_error_message": [_CTX, _STATUS, _c.POINTER(_c.c_char_p)],
+    "load_graph": [_CTX, _c.c_char_p, _c.POINTER(_c.c_uint64), _c.POINTER(abi.GraphConfig)],
+    "unload_graph": [_CTX, _c.c_uint64],
+    "get_tensor_count": [_CTX, _c.c_uint64, _c.c_uint32, _c.POINTER(_c.c_uint32)],
+    "get_tensor_descriptor": [
         _CTX,
         _c.c_uint64,
         _c.c_uint32,
         _c.c_uint32,
         _c.POINTER(abi.TensorDesc),
     ],
-    "noe_create_job": [_CTX, _c.c_uint64, _c.POINTER(_c.c_uint64), _c.POINTER(abi.JobConfig)],
-    "noe_load_tensor": [_CTX, _c.c_uint64, _c.c_uint32, _c.c_void_p],
-    "noe_job_infer_sync": [_CTX, _c.c_uint64, _c.c_int32],
-    "noe_get_tensor": [_CTX, _c.c_uint64, _c.c_uint32, _c.c_uint32, _c.c_void_p],
-    "noe_clean_job": [_CTX, _c.c_uint64],
-    "noe_get_partition_count": [_CTX, _c.POINTER(_c.c_uint32)],
-    "noe_get_cluster_count": [_CTX, _c.c_uint32, _c.POINTER(_c.c_uint32)],
-    "noe_get_core_count": [_CTX, _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_uint32)],
-    "noe_get_target": [_CTX, _c.c_char_p],
-    "noe_ioctl": [_CTX, _c.c_uint32, _c.c_uint32, _c.c_void_p],
+    "create_job": [_CTX, _c.c_uint64, _c.POINTER(_c.c_uint64), _c.POINTER(abi.JobConfig)],
+    "load_tensor": [_CTX, _c.c_uint64, _c.c_uint32, _c.c_void_p],
+    "infer": [_CTX, _c.c_uint64, _c.c_int32],  # the dialect's: noe_job_infer_sync, ...
+    "get_tensor": [_CTX, _c.c_uint64, _c.c_uint32, _c.c_uint32, _c.c_void_p],
+    "clean_job": [_CTX, _c.c_uint64],
+    "get_partition_count": [_CTX, _c.POINTER(_c.c_uint32)],
+    "get_cluster_count": [_CTX, _c.c_uint32, _c.POINTER(_c.c_uint32)],
+    "get_core_count": [_CTX, _c.c_uint32, _c.c_uint32, _c.POINTER(_c.c_uint32)],
+    "get_target": [_CTX, _c.c_char_p],
+    "ioctl": [_CTX, _c.c_uint32, _c.c_uint32, _c.c_void_p],  # with ioctl_device
 }
-REQUIRED_SYMBOLS = tuple(_PROTOTYPES)
+_IOCTL_WITHOUT_DEVICE = [_CTX, _c.c_uint32, _c.c_void_p]
+
+
+def symbol(dialect: abi.Dialect, function: str) -> str:
+    """The exported name of one of _PROTOTYPES' functions in a dialect."""
+    return f"{dialect.prefix}_{dialect.infer if function == 'infer' else function}"
+
+
+REQUIRED_SYMBOLS = tuple(symbol(abi.LIBNOE, function) for function in _PROTOTYPES)
+
+
+class Functions:
+    """A library's functions by their dialect-free names, prototypes declared."""
+
+    def __init__(self, lib: ctypes.CDLL, dialect: abi.Dialect) -> None:
+        for function, argtypes in _PROTOTYPES.items():
+            bound = getattr(lib, symbol(dialect, function))
+            if function == "ioctl" and not dialect.ioctl_device:
+                argtypes = _IOCTL_WITHOUT_DEVICE
+            bound.argtypes = argtypes
+            bound.restype = _STATUS
+            setattr(self, function, bound)
+
+    def __getattr__(self, name: str) -> Callable[..., int]:  # each is set in __init__
+        raise AttributeError(name)
 
 
 @dataclass(frozen=True)
@@ -131,7 +156,8 @@ def dequantize(raw: np.ndarray, info: TensorInfo) -> np.ndarray:
 
 
 class NoeLibrary:
-    """The loaded shared library with its prototypes declared."""
+    """The loaded user-mode driver (CIX's libnoe or Arm China's libaipudrv: the dialect is
+    the one whose functions it exports) with its prototypes declared."""
 
     def __init__(self, path: str | Path = abi.DEFAULT_LIBRARY) -> None:
         self.path = Path(path)
@@ -147,15 +173,19 @@ class NoeLibrary:
                 f"cannot load {self.path}: {error} (it needs glibc >= 2.34 and "
                 "libstdc++ with GLIBCXX_3.4.29: Debian 12 / Ubuntu 22.04 or newer)"
             ) from error
-        self.missing = [name for name in REQUIRED_SYMBOLS if not hasattr(self.lib, name)]
+        self.dialect = next(
+            (d for d in abi.DIALECTS if hasattr(self.lib, symbol(d, "init_context"))), abi.LIBNOE
+        )
+        self.missing = [
+            symbol(self.dialect, function)
+            for function in _PROTOTYPES
+            if not hasattr(self.lib, symbol(self.dialect, function))
+        ]
         if self.missing:
             raise NpuError(
                 f"{self.path} lacks {', '.join(self.missing)}: not a libnoe this npuctl supports"
             )
-        for name, argtypes in _PROTOTYPES.items():
-            function = getattr(self.lib, name)
-            function.argtypes = argtypes
-            function.restype = _STATUS
+        self.api = Functions(self.lib, self.dialect)
         self._silence()
 
     def _silence(self) -> None:
@@ -165,7 +195,7 @@ class NoeLibrary:
     def message(self, context: ContextPointer | None, status: int) -> str:
         text = _c.c_char_p()
         with _LOCK:
-            self.lib.noe_get_error_message(context, status, _c.byref(text))
+            self.api.get_error_message(context, status, _c.byref(text))
         message = text.value.decode(errors="replace").strip() if text.value else ""
         return message or abi.status_text(status)
 
@@ -188,7 +218,7 @@ class Session:
 
     def __init__(self, library: NoeLibrary) -> None:
         self.library = library
-        self.lib = library.lib
+        self.lib = library.api  # the functions by their dialect-free names
         self._context: ContextPointer | None = None
 
     def __enter__(self) -> Session:
@@ -201,16 +231,16 @@ class Session:
     def open(self) -> None:
         context = _CTX()
         with _LOCK:
-            status = self.lib.noe_init_context(_c.byref(context))
+            status = self.lib.init_context(_c.byref(context))
         if status != 0 or not context:
-            raise self.library.error(None, "opening the NPU (noe_init_context)", status)
+            raise self.library.error(None, f"opening the NPU ({self.name('init_context')})", status)
         self._context = context
 
     def close(self) -> None:
         context, self._context = self._context, None
         if context:
             with _LOCK:
-                self.lib.noe_deinit_context(context)
+                self.lib.deinit_context(context)
 
     @property
     def context(self) -> ContextPointer:
@@ -222,6 +252,10 @@ class Session:
         if status != 0:
             raise self.library.error(self._context, what, status)
 
+    def name(self, function: str) -> str:
+        """A function's name as the library exports it, for messages."""
+        return symbol(self.library.dialect, function)
+
     # -- facts about the NPU ----------------------------------------------------------
     def topology(self) -> dict[str, int]:
         partitions = _c.c_uint32()
@@ -229,33 +263,33 @@ class Session:
         cores = _c.c_uint32()
         with _LOCK:
             self._check(
-                self.lib.noe_get_partition_count(self.context, _c.byref(partitions)),
-                "noe_get_partition_count",
+                self.lib.get_partition_count(self.context, _c.byref(partitions)),
+                self.name("get_partition_count"),
             )
             self._check(
-                self.lib.noe_get_cluster_count(self.context, 0, _c.byref(clusters)),
-                "noe_get_cluster_count",
+                self.lib.get_cluster_count(self.context, 0, _c.byref(clusters)),
+                self.name("get_cluster_count"),
             )
             self._check(
-                self.lib.noe_get_core_count(self.context, 0, 0, _c.byref(cores)),
-                "noe_get_core_count",
+                self.lib.get_core_count(self.context, 0, 0, _c.byref(cores)),
+                self.name("get_core_count"),
             )
         return {"partitions": partitions.value, "clusters": clusters.value, "cores": cores.value}
 
     def target(self) -> str:
         buffer = _c.create_string_buffer(64)  # zeroed; the library writes no NUL
         with _LOCK:
-            self._check(self.lib.noe_get_target(self.context, buffer), "noe_get_target")
+            self._check(self.lib.get_target(self.context, buffer), self.name("get_target"))
         return buffer.value.decode(errors="replace")
 
     def versions(self) -> dict[str, str]:
         version = abi.DriverVersion()
+        dialect = self.library.dialect
+        device = (abi.DEVICE_NPU,) if dialect.ioctl_device else ()
         with _LOCK:
             self._check(
-                self.lib.noe_ioctl(
-                    self.context, abi.DEVICE_NPU, abi.IOCTL_GET_VERSION, _c.byref(version)
-                ),
-                "noe_ioctl(GET_VERSION)",
+                self.lib.ioctl(self.context, *device, dialect.get_version, _c.byref(version)),
+                f"{self.name('ioctl')}(GET_VERSION)",
             )
         raw = bytes(version)
         return {
@@ -271,8 +305,11 @@ class Session:
         config_npu = abi.GraphConfigNpu()
         config = abi.GraphConfig(_c.pointer(config_npu))
         with _LOCK:
-            status = self.lib.noe_load_graph(
-                self.context, str(path).encode(), _c.byref(graph_id), _c.byref(config)
+            status = self.lib.load_graph(
+                self.context,
+                str(path).encode(),
+                _c.byref(graph_id),
+                _c.byref(config) if self.library.dialect.configs else None,
             )
         if status != 0:
             from npuctl.errors import ModelError
@@ -284,7 +321,7 @@ class Session:
         finally:
             with _LOCK:
                 if self._context:
-                    self.lib.noe_unload_graph(self._context, graph.id)
+                    self.lib.unload_graph(self._context, graph.id)
 
 
 class Graph:
@@ -303,17 +340,17 @@ class Graph:
         count = _c.c_uint32()
         with _LOCK:
             session._check(
-                session.lib.noe_get_tensor_count(session.context, self.id, kind, _c.byref(count)),
-                "noe_get_tensor_count",
+                session.lib.get_tensor_count(session.context, self.id, kind, _c.byref(count)),
+                session.name("get_tensor_count"),
             )
             infos = []
             for index in range(count.value):
                 desc = abi.TensorDesc()
                 session._check(
-                    session.lib.noe_get_tensor_descriptor(
+                    session.lib.get_tensor_descriptor(
                         session.context, self.id, kind, index, _c.byref(desc)
                     ),
-                    "noe_get_tensor_descriptor",
+                    session.name("get_tensor_descriptor"),
                 )
                 infos.append(
                     TensorInfo(
@@ -333,10 +370,13 @@ class Graph:
         job_id = _c.c_uint64()
         with _LOCK:
             session._check(
-                session.lib.noe_create_job(
-                    session.context, self.id, _c.byref(job_id), _c.byref(self._job_config)
+                session.lib.create_job(
+                    session.context,
+                    self.id,
+                    _c.byref(job_id),
+                    _c.byref(self._job_config) if session.library.dialect.configs else None,
                 ),
-                "noe_create_job",
+                session.name("create_job"),
             )
         job = Job(self, job_id.value)
         try:
@@ -344,7 +384,7 @@ class Graph:
         finally:
             with _LOCK:
                 if session._context:
-                    session.lib.noe_clean_job(session._context, job.id)
+                    session.lib.clean_job(session._context, job.id)
 
 
 class Job:
@@ -363,33 +403,33 @@ class Job:
             )
         with _LOCK:
             self.session._check(
-                self.session.lib.noe_load_tensor(
+                self.session.lib.load_tensor(
                     self.session.context, self.id, index, array.ctypes.data
                 ),
-                f"noe_load_tensor({index})",
+                f"{self.session.name('load_tensor')}({index})",
             )
 
     def infer(self, timeout_ms: int) -> None:
         with _LOCK:
-            status = self.session.lib.noe_job_infer_sync(self.session.context, self.id, timeout_ms)
+            status = self.session.lib.infer(self.session.context, self.id, timeout_ms)
         if status == abi.TIMEOUT_STATUS:
             raise self.session.library.error(
                 self.session._context, f"inference (timeout {timeout_ms} ms)", status
             )
-        self.session._check(status, "inference (noe_job_infer_sync)")
+        self.session._check(status, f"inference ({self.session.name('infer')})")
 
     def output(self, index: int) -> np.ndarray:
         info = self.graph.outputs[index]
         array = np.empty(info.count, dtype=info.dtype)
         with _LOCK:
             self.session._check(
-                self.session.lib.noe_get_tensor(
+                self.session.lib.get_tensor(
                     self.session.context,
                     self.id,
                     abi.TensorType.OUTPUT,
                     index,
                     array.ctypes.data,
                 ),
-                f"noe_get_tensor(output {index})",
+                f"{self.session.name('get_tensor')}(output {index})",
             )
         return array
