@@ -449,7 +449,7 @@ def library_named(board, tmp_path, version):
     return directory / "libnoe.so"
 
 
-def doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd, library=None):
+def doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd, library=None, quick=True):
     """The doctor's findings with a driver of version ``kmd`` and libnoe ``umd`` (or
     ``library``, another user-mode driver)."""
     env = {
@@ -463,7 +463,7 @@ def doctor_with_driver(board, image, aipu_shim, tmp_path, kmd, umd, library=None
         "NOE_DOUBLE_DEVICE": str(image.root / "dev/aipu"),
         **env,
     }
-    result = board.npuctl("doctor", "--json", "--quick", extra_env=extra)
+    result = board.npuctl("doctor", "--json", *(["--quick"] if quick else []), extra_env=extra)
     assert "Traceback" not in result.stderr, result.stderr
     document = json.loads(result.stdout)
     return result.returncode, {c["id"]: c for c in document["checks"]}, document["facts"]
@@ -551,3 +551,18 @@ def test_libaipudrv_on_cixs_line_fails_before_any_job_with_the_other_package_as_
     assert "gets ENOTTY" in checks["versions"]["summary"]
     assert checks["versions"]["fix"].startswith("sudo apt install aipu-compass-dkms")
     assert "create_job" not in board.calls()  # no job was ever submitted
+
+
+def test_with_libaipudrv_the_doctor_says_the_cix_models_need_libnoe(
+    board, image, aipu_shim, tmp_path, libaipudrv_double
+):
+    board.clip_text()
+    _, checks, _ = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, "6.1.0", "6.1.0", library=libaipudrv_double, quick=False
+    )
+    models = checks["models"]
+    assert models["status"] == "warning"
+    assert "libaipudrv cannot load" in models["summary"]
+    assert "Compass NN compiler" in models["detail"] and "X2_1204" in models["detail"]
+    assert models["fix"].startswith("sudo apt install aipu-dkms")
+    assert "load_graph" not in " ".join(board.calls())  # no .cix was handed to libaipudrv

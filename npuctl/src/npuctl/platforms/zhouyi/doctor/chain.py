@@ -9,13 +9,14 @@ from pathlib import Path
 
 from npuctl.doctor.chain import Step
 from npuctl.doctor.dkms_driver import DriverChecks
-from npuctl.doctor.findings import Report, skip
+from npuctl.doctor.findings import Finding, Report, Status, skip
 from npuctl.doctor.options import Options
 from npuctl.drivers import installed_for_platform
 from npuctl.platform import Board
 from npuctl.system import System
 
 from ..facts import DEFAULT_TIMEOUT_MS, locate
+from ..user_space import library_name
 from . import host, npu, pairing
 from .noe_paths import check_noe_paths
 
@@ -72,6 +73,21 @@ def model_steps(system: System, options: Options, report: Report) -> list[Step]:
     def models() -> None:
         if options.quick:
             skip(report, "models", "models", "Models", "--quick")
+            return
+        if library_name(_library(options)) == "libaipudrv":
+            report.add(
+                Finding(
+                    "models",
+                    "models",
+                    Status.WARN,
+                    "Models: the known models are CIX's .cix files, which libaipudrv cannot load",
+                    "A .cix is CIX's container (a flatbuffer around the graph) for libnoe; "
+                    "Arm China's libaipudrv loads Compass loadable graphs (an ELF with e_machine "
+                    "0x29a, or an 'AIPU BIN' file) built by Arm China's Compass NN compiler for "
+                    "target X2_1204 (docs/driver-lines.md).",
+                    fix="sudo apt install aipu-dkms   # and CIX's libnoe, to run the .cix models",
+                )
+            )
             return
         npu.check_models(
             options.manifest,
