@@ -1,6 +1,7 @@
 """The kernel matrix's report says what was proven, and no more."""
 
 from kernel_lab.matrix import SCHEMA_VERSION, format_table, untested_range
+from pipeline.config import package_names
 
 
 def report(*kernels: str) -> dict:
@@ -169,3 +170,16 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     result = subprocess.run(missing, capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().endswith("run 'make check-kernels' first")
+
+
+def test_an_alternative_driver_line_gets_a_chroot_of_its_own():
+    from types import SimpleNamespace
+
+    from kernel_lab.matrix import coinstallable_groups
+
+    builds = [SimpleNamespace(name=name) for name in package_names()]
+    groups = coinstallable_groups(builds)  # type: ignore[arg-type]
+    assert groups[0][0] == "" and "aipu-dkms" in [b.name for b in groups[0][1]]
+    alone = {label: [b.name for b in group] for label, group in groups[1:]}
+    # aipu-compass-dkms replaces aipu-dkms: in one chroot, one of them would not be tested.
+    assert alone == {"aipu-compass-dkms": ["aipu-compass-dkms"]}

@@ -1,6 +1,7 @@
 """The kernel matrix: for each Debian suite, the package's whole life cycle on real kernels.
 
-Per suite, in a fresh chroot: install the package (DKMS builds for the installed kernel),
+Per suite, in a fresh chroot (one more for each alternative driver line, which replaces the
+package it is an alternative to): install the package (DKMS builds for the installed kernel),
 install the headers of every other arm64 flavour the suite carries (the automatic rebuild
 of a kernel upgrade, once per flavour), install amd64 headers and an older suite's arm64
 headers (kernels the package must skip while apt succeeds), upgrade the package, boot one
@@ -250,10 +251,11 @@ def run_matrix(
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     plans = with_acpi_at_the_ends(plans)
-    runs = [
-        SuiteRun(plan, builds, workdir / plan.suite.name, workdir / f"{plan.suite.name}.log")
-        for plan in plans
-    ]
+    runs = []
+    for plan in plans:
+        for label, group in coinstallable_groups(builds):
+            name = plan.suite.name + (f"+{label}" if label else "")
+            runs.append(SuiteRun(plan, group, workdir / name, workdir / f"{name}.log"))
 
     def execute(run: SuiteRun) -> tuple[SuiteRun, float, str]:
         begun = time.monotonic()
@@ -305,6 +307,16 @@ def run_matrix(
         ],
         "untested_kernels": [name for name in kernels_asked if name not in tested],
     }
+
+
+def coinstallable_groups(builds: list[Packages]) -> list[tuple[str, list[Packages]]]:
+    """The packages that can share a chroot, and each alternative driver line on its own
+    (it replaces the package it is an alternative to: installing both would test one), with
+    the name its chroot and log are told apart by ("" for the shared one)."""
+    alternative = {build.name for build in builds if load_package(build.name).alternative_to}
+    shared = [build for build in builds if build.name not in alternative]
+    groups = [("", shared)] if shared else []
+    return groups + [(build.name, [build]) for build in builds if build.name in alternative]
 
 
 def with_acpi_at_the_ends(plans: list[Plan]) -> list[Plan]:
