@@ -387,7 +387,8 @@ def format_table(report: dict) -> str:
     out.append(
         f"total {report['seconds']:.0f}s; "
         + ", ".join(
-            f"{suite['suite']} {suite['seconds']:.0f}s (dkms {suite['dkms'] or '?'})"
+            # Named by its chroot's log: an alternative driver line has one of its own.
+            f"{Path(suite['log']).stem} {suite['seconds']:.0f}s (dkms {suite['dkms'] or '?'})"
             for suite in report["suites"]
         )
     )

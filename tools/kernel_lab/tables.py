@@ -12,7 +12,7 @@ from .matrix import SCHEMA_VERSION, format_table, report_ok
 
 
 def render(report: dict, source: str) -> str:
-    suites = ", ".join(suite["suite"] for suite in report["suites"])
+    suites = ", ".join(dict.fromkeys(suite["suite"] for suite in report["suites"]))
     packages = ", ".join(
         f"{name} {versions['version']}" for name, versions in report["packages"].items()
     )
