@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,8 @@ import yaml
 
 from pipeline.config import load_package
 from pipeline.errors import BuildError
-from pipeline.library_package import build_library_package, cached_library_upstream
 from testkit import zhouyi_uapi
-from testkit.fake_aipu import FakeKmd, run_umd, unpacked_libnoe
+from testkit.fake_aipu import FakeKmd, Unavailable, packaged_libaipudrv, run_umd, unpacked_libnoe
 
 REPO = Path(__file__).resolve().parents[1]
 MAP = REPO / "docs" / "driver-lines.md"
@@ -124,18 +122,12 @@ def test_the_doctors_pair_table_says_what_the_map_shows():
 def libaipudrv(tmp_path_factory) -> Path:
     """libaipudrv as the project packages it, unpacked."""
     _needs_tools()
-    config = load_package("aipu-compass-dkms")
-    if shutil.which("aarch64-linux-gnu-g++") is None:
-        pytest.skip("aarch64-linux-gnu-g++ is not installed: run 'make deps'")
-    if cached_library_upstream(config) is None:
-        pytest.skip("the pinned libaipudrv source is not in the cache: run 'make fetch'")
     try:
-        deb = build_library_package(config, tmp_path_factory.mktemp("dist"), lintian=False)
+        return packaged_libaipudrv(tmp_path_factory.mktemp("libaipudrv"))
+    except Unavailable as reason:
+        pytest.skip(str(reason))
     except BuildError as error:
         pytest.fail(str(error))
-    root = tmp_path_factory.mktemp("libaipudrv")
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
-    return root / "usr/lib/aarch64-linux-gnu" / config.library.soname
 
 
 @pytest.mark.parametrize("title", [line.title for line in LINES if "6." in line.title])

@@ -7,17 +7,14 @@ dialect the binding chose by what the library exports."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import arm64_emulation
-from pipeline.config import load_package
-from pipeline.library_package import build_library_package, cached_library_upstream
 from testkit import zhouyi_uapi
-from testkit.fake_aipu import FakeKmd, build
+from testkit.fake_aipu import FakeKmd, Unavailable, build, packaged_libaipudrv
 
 from .arm64_sysroot import teflon_sysroot
 
@@ -36,16 +33,10 @@ pytestmark = pytest.mark.sysroot_python
 
 @pytest.fixture(scope="module")
 def libaipudrv(tmp_path_factory) -> Path:
-    for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed: run 'make deps'")
-    config = load_package("aipu-compass-dkms")
-    if cached_library_upstream(config) is None:
-        pytest.skip("the pinned libaipudrv source is not in the cache: run 'make fetch'")
-    deb = build_library_package(config, tmp_path_factory.mktemp("dist"), lintian=False)
-    root = tmp_path_factory.mktemp("libaipudrv")
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
-    return root / "usr/lib/aarch64-linux-gnu" / config.library.soname
+    try:
+        return packaged_libaipudrv(tmp_path_factory.mktemp("libaipudrv"))
+    except Unavailable as reason:
+        pytest.skip(str(reason))
 
 
 def _session(sysroot: Path, library: Path, kmd: FakeKmd, work: Path) -> dict:

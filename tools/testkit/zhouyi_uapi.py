@@ -117,15 +117,19 @@ class PinnedFile:
     def name(self) -> str:
         return Path(self.path).name
 
+    @property
+    def cache_path(self) -> Path:
+        return cache_root() / "pinned" / self.sha256 / self.name
+
     def cached(self) -> Path | None:
-        target = cache_root() / "pinned" / self.sha256 / self.name
+        target = self.cache_path
         if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == self.sha256:
             return target
         return None
 
 
 def cache(pinned: PinnedFile, content: bytes) -> Path:
-    target = cache_root() / "pinned" / pinned.sha256 / pinned.name
+    target = pinned.cache_path
     target.parent.mkdir(parents=True, exist_ok=True)
     incoming = target.with_name(f".{target.name}.incoming")
     incoming.write_bytes(content)

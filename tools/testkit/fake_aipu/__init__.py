@@ -10,10 +10,13 @@ time with the aarch64 cross compiler.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.config import load_package
+from pipeline.library_package import build_library_package, cached_library_upstream
 from testkit.zhouyi_uapi import COMPILER, EMULATOR, ioctl_names
 
 HERE = Path(__file__).resolve().parent
@@ -92,3 +95,20 @@ def unpacked_libnoe(deb: Path, directory: Path) -> Path:
     """libnoe.so.<version> of the .deb, unpacked into ``directory``."""
     subprocess.run(["dpkg-deb", "-x", str(deb), str(directory)], check=True)
     return next((directory / "usr/share/cix/lib").glob("libnoe.so.*.*.*"))
+
+
+class Unavailable(Exception):
+    """Why an input of these tests cannot be had on this machine (a test skips with it)."""
+
+
+def packaged_libaipudrv(scratch: Path) -> Path:
+    """libaipudrv as the project packages it ('make deb'), unpacked under ``scratch``."""
+    for tool in (COMPILER, EMULATOR, "aarch64-linux-gnu-g++"):
+        if shutil.which(tool) is None:
+            raise Unavailable(f"{tool} is not installed: run 'make deps'")
+    config = load_package("aipu-compass-dkms")
+    if cached_library_upstream(config) is None:
+        raise Unavailable("the pinned libaipudrv source is not in the cache: run 'make fetch'")
+    deb = build_library_package(config, scratch / "dist", lintian=False)
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(scratch / "root")], check=True)
+    return scratch / "root/usr/lib/aarch64-linux-gnu" / config.library.soname
