@@ -62,10 +62,12 @@ deb: $(DEPS_STAMP)
 drivers-data: $(DEPS_STAMP)
 	$(BUILD_TOOL) npuctl-drivers
 
-## lint-debian: a newer Debian's lintian and appstreamcli on dist/, in a chroot (root)
+## lint-debian: a newer Debian's lintian and appstreamcli on dist/ (every upload, and the arm64
+## library packages built without one), in a chroot (root)
 LINT_SUITE ?= trixie
 lint-debian: deb
-	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes
+	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes \
+		$(wildcard $(DIST)/*_arm64.deb)
 
 ## repo: the signed apt repository in dist/repo from what 'make deb' built (REPO_KEY=secret
 ## key file or REPO_GNUPGHOME=folder; without either a throwaway key, said loudly)

@@ -1,5 +1,6 @@
 """python -m kernel_lab matrix: the kernel matrix report (text table and JSON).
-python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli.
+python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli (a .deb built
+without an upload of its own, as the arm64 library packages, is given as itself).
 python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real.
 python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers."""
 
