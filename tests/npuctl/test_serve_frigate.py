@@ -211,7 +211,7 @@ def test_rocket_answers_frigate_over_ipc_as_deepstack_does(rocket_models, tmp_pa
 # -- uploads -------------------------------------------------------------------------------
 def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path) -> None:
     """With --zmq-uploads, Frigate's model file is proven in a child, loaded and served under
-    its name; a file that crashes the library in the child is saved but not served; both
+    its name; a file that crashes the library in the child is deleted, not served; both
     are logged with the peer's address and recorded for npuctl doctor."""
     uploads = tmp_path / "uploads"
     runtime = tmp_path / "run"
@@ -236,7 +236,8 @@ def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path
         client.close()
         refused = FrigateZmqClient(f"ipc://{tmp_path / 'z.sock'}", str(broken), "yologeneric", 5000)
         assert not refused.model_ready
-        assert "Model transfer failed: saved=True, loaded=False" in refused.logged
+        assert "Model transfer failed: saved=False, loaded=False" in refused.logged
+        assert sorted(p.name for p in uploads.iterdir()) == ["mine.cix"]  # unproven: deleted
         refused.close()
         assert server.request("GET", "/ready").status == 200
         record = json.loads((runtime / "frigate-uploads.json").read_text())
