@@ -19,6 +19,7 @@ from PIL import Image
 
 from testkit.serve_process import Server, start
 from testkit.yolo_outputs import synthetic_output
+from testkit.zmtp_peer import answer_of, raw_peer, rss_mib, send_frames
 
 from .conftest import Board, write_model
 from .test_serve_vision import curl_form
@@ -26,7 +27,6 @@ from .test_serve_vision import curl_form
 zmq = pytest.importorskip("zmq", reason="pyzmq is Frigate's client: run 'make deps'")
 from testkit.frigate_client import FrigateZmqClient, detections  # noqa: E402
 
-YOLO_DETECTIONS = [(0, 0.9, 200, 330, 120, 400), (5, 0.8, 400, 300, 300, 200)]
 COCO80 = {index: f"class {index}" for index in range(80)}
 
 
@@ -34,14 +34,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-@pytest.fixture
-def yolo(board: Board, tmp_path: Path) -> Board:
-    raw = tmp_path / "yolo-output.bin"
-    raw.write_bytes(synthetic_output(YOLO_DETECTIONS).tobytes())
-    board.model("yolov8n.cix", ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"])
-    return board
 
 
 def serve_zmq(env: dict[str, str], *args: str, wait: bool = True) -> tuple[Server, str]:
@@ -255,41 +247,6 @@ def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path
 
 
 # -- what an attacker sends -------------------------------------------------------------
-def raw_peer(port: int, expect_reply: bool = True) -> socket.socket:
-    """A ZMTP 3 peer by hand, past the handshake (a DEALER: no envelope)."""
-    peer = socket.create_connection(("127.0.0.1", port), timeout=10)
-    peer.sendall(b"\xff" + b"\0" * 8 + b"\x7f\x03\x01NULL" + b"\0" * 16 + b"\0" * 32)
-    ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
-    peer.sendall(bytes([0x04, len(ready)]) + ready)
-    received = b""
-    while len(received) < 64 + 27:  # its greeting and its READY (REP, ROUTER: as long)
-        received += peer.recv(4096)
-    assert received[:1] == b"\xff"
-    assert b"REP" in received or not expect_reply
-    return peer
-
-
-def send_frames(peer: socket.socket, *frames: bytes) -> None:
-    for index, data in enumerate(frames):
-        more = 0x01 if index < len(frames) - 1 else 0
-        peer.sendall(struct.pack(">BQ", more | 0x02, len(data)) + data)
-
-
-def answer_of(peer: socket.socket) -> bytes:
-    flags, size = peer.recv(1)[0], None
-    size = struct.unpack(">Q", recv_exactly(peer, 8))[0] if flags & 0x02 else peer.recv(1)[0]
-    return recv_exactly(peer, size)
-
-
-def recv_exactly(peer: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = peer.recv(size - len(data))
-        assert chunk, "closed"
-        data += chunk
-    return data
-
-
 def test_every_malformed_request_gets_an_answer_and_one_log_line(yolo: Board) -> None:
     server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
     port = int(endpoint.rsplit(":", 1)[1])
@@ -388,11 +345,6 @@ def test_libzmq_keeps_an_endless_message(tmp_path: Path) -> None:
     finally:
         router.kill()
         router.wait()
-
-
-def rss_mib(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) // 1024  # type: ignore[union-attr]
 
 
 def test_who_may_connect(yolo: Board) -> None:

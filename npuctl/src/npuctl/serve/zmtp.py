@@ -28,6 +28,7 @@ import grp
 import ipaddress
 import mmap
 import os
+import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -44,6 +45,12 @@ MAX_COMMAND = 64 * 1024  # bytes of a READY, PING or ERROR command
 # Commands (PINGs) a peer may send with one message, counted from its previous answer: a
 # heartbeat sends one an interval, a flood is closed.
 MAX_COMMANDS = 16
+PING_CONTEXT = 16  # bytes of a PING's context a PONG echoes (RFC 37: at most 16)
+# What the kernel keeps of the answers a peer has not read (it doubles it): an answer is a
+# few hundred bytes, so this is plenty, and a peer that does not read pins no more (the
+# kernel's own tuning would let it grow to megabytes a connection).
+SEND_BUFFER = 64 * 1024
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops the rest
 MAX_ROUTING_ID = 255  # bytes of a routing frame (RFC 28: a ZeroMQ identity)
 # The peers a REP socket talks to (RFC 28); each says which it is in its READY.
 PEER_TYPES = (b"REQ", b"DEALER")
@@ -181,6 +188,9 @@ class Connection(asyncio.BufferedProtocol):
     # -- asyncio's side ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        connected = transport.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):
+            connected.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self.task = asyncio.get_running_loop().create_task(self._serve(self))
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -308,12 +318,17 @@ class Connection(asyncio.BufferedProtocol):
             await self._writable
 
     def close(self) -> None:
-        """Closed at once: what the peer has not read is dropped, not kept for it."""
-        if self.transport is not None:
-            if self.transport.get_write_buffer_size():
-                self.transport.abort()
-            else:
-                self.transport.close()
+        """Closed at once: what the peer has not read is dropped, not kept for it (a reset,
+        so that not even the kernel keeps it for a peer that does not read)."""
+        if self.transport is None:
+            return
+        if self.transport.get_write_buffer_size():
+            connected = self.transport.get_extra_info("socket")
+            with contextlib.suppress(OSError, AttributeError):
+                connected.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+            self.transport.abort()
+        else:
+            self.transport.close()
 
     def peer(self) -> str:
         address = self.transport.get_extra_info("peername") if self.transport else None
@@ -447,7 +462,7 @@ class Peer:
         if body.startswith(b"\x04PING") and len(body) >= 7:
             if self.connection.pending():
                 return  # it has not read what it was sent: no more is queued for it
-            context = body[7:]
+            context = body[7 : 7 + PING_CONTEXT]
             pong = b"\x04PONG" + context
             self.connection.write(frame(pong, command=True) + pong)
         elif body.startswith(b"\x05ERROR"):

@@ -330,7 +330,7 @@ class FrigateDetector:
         if self.named(name) is not None:
             return f"{name} is served here already: an upload never replaces a served model"
         kept = _kept_uploads(self.uploads)
-        if name in kept or any(record["name"] == name for record in self.uploaded):
+        if name in kept:
             return f"{name} was uploaded before: an upload never replaces another"
         if len(kept) >= self.max_uploads:
             return (
