@@ -104,7 +104,8 @@ OPTIONS = (
         show_envvar=True,
         callback=_networks,
         help="The client addresses the tcp:// endpoints take (Frigate's client sends no "
-        "credentials) [default: every address that reaches the port].",
+        "credentials; an ipc:// socket is 0660, its owner's and the NPU's group's) "
+        "[default: every address that reaches the port].",
     ),
     click.option(
         "--zmq-uploads",
