@@ -510,3 +510,72 @@ def test_random_zmtp_crashes_nothing(yolo: Board) -> None:
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.stderr and "Task exception" not in server.stderr
+
+
+# -- a fault of the server's own --------------------------------------------------------------
+def test_an_unexpected_error_costs_one_answer_and_one_line(monkeypatch, caplog) -> None:
+    """A fault of the server's own while a message is read (its limit) or answered: that
+    message is answered `internal` in the API's shape, once logged, and the same connection
+    is served on (the listener in this process, its detector's parts stubbed)."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from npuctl.serve import zmtp
+    from npuctl.serve.connections import Budget
+    from npuctl.serve.limits import Limits
+    from npuctl.serve.protocols import frigate
+
+    counter = SimpleNamespace(inc=lambda: None)
+    metrics = SimpleNamespace(errors=SimpleNamespace(labels=lambda kind: counter))
+    metrics.answered = lambda *args: None
+    service = SimpleNamespace(
+        limits=Limits(),
+        serving=SimpleNamespace(of_task=lambda task: []),
+        facts=lambda name: None,
+        metrics=metrics,
+    )
+    startup = SimpleNamespace(
+        service=service, options={"zmq_allow": [], "zmq_uploads": None}, upload=None
+    )
+    detector = frigate.FrigateDetector(startup)  # type: ignore[arg-type]
+
+    def broken(*args: object) -> None:
+        raise KeyError("a fault")
+
+    monkeypatch.setattr(detector, "_frame_problem", broken)  # read while the frame arrives
+    monkeypatch.setattr(detector, "_model_request", broken)  # when it is answered
+    monkeypatch.setattr(detector, "_sole", lambda: object())
+
+    def client(port: int) -> list[dict]:
+        peer = raw_peer(port)
+        answers = []
+        try:
+            for header in ({"model_request": True}, HEADER, {"model_request": True}):
+                send_frames(peer, json.dumps(header).encode(), b"tensor")
+                answers.append(json.loads(answer_of(peer)))
+        finally:
+            peer.close()
+        return answers
+
+    async def scenario() -> list[dict]:
+        limits = zmtp.PeerLimits(10, 10, frigate.MAX_FRAMES, 10, 1 << 20)
+        listening = await zmtp.listen(
+            zmtp.Endpoint.parse("tcp://127.0.0.1:0"),
+            detector.serve_peer,
+            limits,
+            Budget(8, 8),
+            lambda client: True,
+            lambda client, why: pytest.fail(f"closed: {why}"),
+        )
+        try:
+            return await asyncio.to_thread(client, port_of(listening.where()))
+        finally:
+            await listening.close()
+
+    with caplog.at_level(logging.WARNING, logger="npuctl.serve"):
+        answers = asyncio.run(scenario())
+    assert [answer["kind"] for answer in answers] == ["internal"] * 3
+    assert "KeyError" in answers[0]["error"]
+    said = [r.getMessage() for r in caplog.records if "internal from" in r.getMessage()]
+    assert len(said) == 1, said

@@ -237,8 +237,17 @@ class Expectation:
     judged: tuple[zmtp.Data, Judged] | None = None  # the frame judged last, and its verdict
     holds_upload: bool = False  # this message is the one upload taken at a time
     upload_refusal: str | None = None  # why its upload is not taken
+    fault: str | None = None  # a fault of the server's own while it was read
 
     def limit(self, frames: list[zmtp.Data]) -> int:
+        """The next frame's limit; 0 (the message read away and answered) on a fault."""
+        try:
+            return self._limit(frames)
+        except Exception as error:  # a bug: the message is still read away and answered
+            self.fault = f"{type(error).__name__}: {error}"
+            return 0
+
+    def _limit(self, frames: list[zmtp.Data]) -> int:
         start = zmtp.envelope_end(frames)
         body = frames[start:]
         if not body:
@@ -387,17 +396,17 @@ class FrigateDetector:
         state = PeerState()
         while True:
             expectation = Expectation(self, state)
+            envelope: list[zmtp.Data] = [b""] if peer.peer_type == b"REQ" else []
             try:
                 frames = await peer.message(expectation.limit)
                 envelope, body = expectation.body(frames)
                 reply = await self._answer(peer, state, body, expectation)
             except zmtp.Refused as refused:
-                envelope = refused.envelope or ([b""] if peer.peer_type == b"REQ" else [])
+                envelope = refused.envelope or envelope
                 reply = self._refusal(peer, expectation, refused)
             except (zmtp.ProtocolError, ConnectionError, asyncio.IncompleteReadError):
                 raise
             except Exception as error:  # a bug: one answer and one line, the peer served on
-                envelope = []
                 reply = self._complaint(
                     peer, "internal", f"{type(error).__name__}: {error}", code=500
                 )
@@ -428,6 +437,8 @@ class FrigateDetector:
         return await self._detect(peer, served, header, body[1])
 
     def _refusal(self, peer: zmtp.Peer, expectation: Expectation, refused: zmtp.Refused) -> bytes:
+        if expectation.fault is not None:
+            return self._complaint(peer, "internal", expectation.fault, code=500)
         judged = expectation.judged[1] if expectation.judged else Judged(None, None, 0)
         header = judged.header or {}
         if header.get("model_data"):
