@@ -172,8 +172,33 @@ def test_a_ping_flood_that_reads_nothing_is_closed_and_costs_no_memory(yolo: Boa
         assert rss_mib(server.process.pid) - before < MEMORY_BOUND_MIB
     finally:
         assert server.stop() == 0
-    assert lines_with(server, "commands with a message")
+    assert lines_with(server, "commands a second")
     assert "Traceback" not in server.stderr
+
+
+def test_zeromqs_own_heartbeats_are_answered_not_taken_for_a_flood(yolo: Board) -> None:
+    """A libzmq REQ with heartbeats every 100 ms (ZMQ_HEARTBEAT_IVL) idles between its
+    requests: its PINGs are answered with PONGs (libzmq drops a connection whose heartbeats
+    go unanswered) and its next request is answered on the same connection."""
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
+    context = zmq.Context()
+    requester = context.socket(zmq.REQ)
+    try:
+        requester.setsockopt(zmq.HEARTBEAT_IVL, 100)
+        requester.setsockopt(zmq.HEARTBEAT_TIMEOUT, 300)
+        requester.setsockopt(zmq.RCVTIMEO, 5000)
+        requester.connect(endpoint)
+        model_request = json.dumps({"model_request": True, "model_name": "yolov8n.cix"})
+        requester.send(model_request.encode())
+        assert json.loads(requester.recv())["model_available"] is True
+        time.sleep(2.5)  # idling, 25 heartbeats: what they are for, not a wait on the server
+        requester.send_multipart([json.dumps(HEADER).encode(), TENSOR])
+        assert len(requester.recv()) == 480
+    finally:
+        requester.close(linger=0)
+        context.term()
+        assert server.stop() == 0
+    assert not lines_with(server, "refused from 127.0.0.1")  # not closed as a flood
 
 
 def test_peers_that_never_read_or_send_one_byte_cannot_lock_frigate_out(yolo: Board) -> None:

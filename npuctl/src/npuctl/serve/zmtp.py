@@ -42,8 +42,8 @@ GREETING_SIZE = 64
 SIGNATURE_END = 9  # 0xFF, eight bytes of padding, 0x7F
 MORE, LONG, COMMAND = 0x01, 0x02, 0x04
 MAX_COMMAND = 64 * 1024  # bytes of a READY, PING or ERROR command
-# Commands (PINGs) a peer may send with one message, counted from its previous answer: a
-# heartbeat sends one an interval, a flood is closed.
+# Commands (PINGs) a peer may send within one message, and a second between messages: a
+# heartbeat sends one an interval (ZMQ_HEARTBEAT_IVL), a flood is closed.
 MAX_COMMANDS = 16
 PING_CONTEXT = 16  # bytes of a PING's context a PONG echoes (RFC 37: at most 16)
 # What the kernel keeps of the answers a peer has not read (it doubles it): an answer is a
@@ -363,6 +363,8 @@ class Peer:
     in_request: bool = False
     since: float = field(default_factory=time.monotonic)  # when it last went unserved
     peer_type: bytes = b""
+    _second: float = 0.0  # when the second the commands between messages are counted in began
+    _commands: int = 0
 
     async def handshake(self) -> None:
         async with asyncio.timeout(self.limits.handshake_timeout):
@@ -404,9 +406,11 @@ class Peer:
         Refused, with the message read away, when a frame is over its limit; ProtocolError
         (the connection ends) when even that takes too long or would read far more than a
         message may hold, a second empty frame comes, or too many frames or commands."""
-        first: int | None = (await self.connection.readexactly(1))[0]
-        self.since = time.monotonic()
         try:
+            while (first := (await self.connection.readexactly(1))[0]) & COMMAND:
+                async with asyncio.timeout(self.limits.message_timeout):
+                    await self._command_between_messages(first)
+            self.since = time.monotonic()
             async with asyncio.timeout(self.limits.message_timeout):
                 frames = await self._frames(limit, first)
         except TimeoutError:
@@ -427,7 +431,7 @@ class Peer:
             if flags & COMMAND:
                 commands += 1
                 if commands > MAX_COMMANDS:
-                    raise ProtocolError(f"more than {MAX_COMMANDS} commands with a message")
+                    raise ProtocolError(f"more than {MAX_COMMANDS} commands within a message")
                 await self._answer_command(size)
                 continue
             count += 1
@@ -454,6 +458,16 @@ class Peer:
         if refusal is not None:
             raise refusal
         return frames
+
+    async def _command_between_messages(self, flags: int) -> None:
+        now = time.monotonic()
+        if now - self._second >= 1.0:
+            self._second, self._commands = now, 0
+        self._commands += 1
+        if self._commands > MAX_COMMANDS:
+            raise ProtocolError(f"more than {MAX_COMMANDS} commands a second")
+        _, size = await self._frame_head(flags)
+        await self._answer_command(size)
 
     async def _answer_command(self, size: int) -> None:
         if size > MAX_COMMAND:
