@@ -365,6 +365,7 @@ class Peer:
     peer_type: bytes = b""
     _second: float = 0.0  # when the second the commands between messages are counted in began
     _commands: int = 0
+    evicted: bool = False
 
     async def handshake(self) -> None:
         async with asyncio.timeout(self.limits.handshake_timeout):
@@ -502,6 +503,7 @@ class Peer:
 
     def evict(self) -> None:
         """Closed to make room: it was idle, still sending a message or not reading."""
+        self.evicted = True
         self.connection.close()
 
 
@@ -565,7 +567,9 @@ async def listen(
         except (ProtocolError, TimeoutError) as error:
             refused(client, str(error))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the peer left: its request, if any, is cancelled with this task
+            if peer.evicted:
+                refused(client, "evicted to make room for a new connection")
+            # else the peer left: its request, if any, is cancelled with this task
         except Exception as error:  # a bug: this peer's connection, never the server
             refused(client, f"closed on an unexpected {type(error).__name__}: {escaped(error)}")
         finally:

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,16 +153,19 @@ class Complaints:
 
     said: set[tuple[str, str]] = field(default_factory=set)
     last: dict[tuple[str, str], float] = field(default_factory=dict)
+    per_client: Counter[str] = field(default_factory=Counter)
 
-    def say(self, client: str, kind: str, message: str) -> None:
-        if (client, kind) not in self.said and len(self.said) < 10_000:
-            self.said.add((client, kind))
-            log.warning(
-                "frigate: %s from %s: %s",
-                kind.replace("_", " "),
-                client,
-                zmtp.escaped(message, 400),
-            )
+    def say(self, client: str, kind: str, message: str, why: str | None = None) -> None:
+        """Said once per peer and kind (and ``why``, where one kind has several reasons),
+        at most 32 lines per peer."""
+        key = (client, f"{kind} {why}" if why else kind)
+        if key in self.said or len(self.said) >= 10_000 or self.per_client[client] >= 32:
+            return
+        self.said.add(key)
+        self.per_client[client] += 1
+        log.warning(
+            "frigate: %s from %s: %s", kind.replace("_", " "), client, zmtp.escaped(message, 400)
+        )
 
     def now_and_then(self, client: str, kind: str) -> bool:
         """Whether a line of this kind about this peer may be said now."""
@@ -670,8 +674,9 @@ async def start(startup: Startup) -> Running | None:
         return any(address in network for network in allow)
 
     def refused(client: str, why: str) -> None:
-        detector.complaints.say(client, "refused", why)
-        service.metrics.errors.labels("busy" if "connections" in why else "invalid_request").inc()
+        detector.complaints.say(client, "refused", why, why=" ".join(why.split()[:2]))
+        kind = "busy" if "connections" in why else "invalid_request"
+        service.metrics.errors.labels("evicted" if "evicted" in why else kind).inc()
 
     group = npu_group(service.platform)
     listening = []
