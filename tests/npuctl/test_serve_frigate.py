@@ -369,8 +369,19 @@ def test_who_may_connect(yolo: Board) -> None:
         assert (
             "reachable from every address that reaches it: give --zmq-allow" in open_server.stderr
         )
+        if ipv6_here():  # tcp://* takes IPv6 too, and says so
+            assert re.search(r"tcp://0\.0\.0\.0:\d+ and tcp://\[::\]:\d+", open_server.stderr)
     finally:
         assert open_server.stop() == 0
+
+
+def ipv6_here() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::", 0))
+    except OSError:
+        return False
+    return True
 
 
 def test_a_bad_endpoint_is_one_line(yolo: Board) -> None:

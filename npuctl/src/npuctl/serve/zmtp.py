@@ -519,8 +519,11 @@ class Listening:
     def where(self) -> str:
         if self.endpoint.path is not None:
             return self.endpoint.text
-        host, port = self.server.sockets[0].getsockname()[:2]
-        return f"tcp://{'[' + host + ']' if ':' in host else host}:{port}"
+        found = []
+        for listener in self.server.sockets:  # tcp://* is one a family: IPv4 and IPv6 both
+            host, port = listener.getsockname()[:2]
+            found.append(f"tcp://{'[' + host + ']' if ':' in host else host}:{port}")
+        return " and ".join(found)
 
     async def close(self) -> None:
         self.server.close()
