@@ -538,10 +538,12 @@ class FrigateDetector:
             why = why or "uploads are not taken here"
             self.complaints.say(peer.client, "upload_refused", why)
             return _json({"model_saved": False, "model_loaded": False, "error": why})
+        model_file = body[1]
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(model_file).hexdigest())
         record: dict[str, object] = {
             "name": name,
             "bytes": len(body[1]),
-            "sha256": hashlib.sha256(body[1]).hexdigest(),
+            "sha256": digest,  # 64 MB hashed beside the event loop, not on it
             "peer": peer.client,
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
