@@ -164,6 +164,21 @@ def board(tmp_path: Path, libnoe_double: Path) -> Board:
     return Board(libnoe_double, device, models, trace, env)
 
 
+# What the YOLOv8n double answers every frame with (class, score, box centre and size).
+YOLO_DETECTIONS = [(0, 0.9, 200, 330, 120, 400), (5, 0.8, 400, 300, 300, 200)]
+
+
+@pytest.fixture
+def yolo(board: Board, tmp_path: Path) -> Board:
+    """The board with YOLOv8n (yolov8n.cix), answering YOLO_DETECTIONS to every frame."""
+    from testkit.yolo_outputs import synthetic_output
+
+    raw = tmp_path / "yolo-output.bin"
+    raw.write_bytes(synthetic_output(YOLO_DETECTIONS).tobytes())
+    board.model("yolov8n.cix", ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"])
+    return board
+
+
 @pytest.fixture
 def vocab_in(board: Board, clip_vocab: Path) -> Path:
     target = board.models / clip_vocab.name

@@ -128,3 +128,7 @@ def test_frigates_detector_port_opens_only_for_the_addresses_asked(board: Board)
         validate.validate(document, KUBERNETES, strict=True)
     closed = rendered(board)
     assert "--zmq" not in closed[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    open_to_all = board.npuctl("k8s", "render", "--zmq-port", "5555")
+    assert open_to_all.returncode == 0
+    assert "NetworkPolicy" not in open_to_all.stdout
+    assert "takes frames from every address that reaches the Service" in open_to_all.stderr

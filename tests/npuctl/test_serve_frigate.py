@@ -19,6 +19,7 @@ from PIL import Image
 
 from testkit.serve_process import Server, start
 from testkit.yolo_outputs import synthetic_output
+from testkit.zmtp_peer import answer_of, raw_peer, rss_mib, send_frames
 
 from .conftest import Board, write_model
 from .test_serve_vision import curl_form
@@ -26,7 +27,6 @@ from .test_serve_vision import curl_form
 zmq = pytest.importorskip("zmq", reason="pyzmq is Frigate's client: run 'make deps'")
 from testkit.frigate_client import FrigateZmqClient, detections  # noqa: E402
 
-YOLO_DETECTIONS = [(0, 0.9, 200, 330, 120, 400), (5, 0.8, 400, 300, 300, 200)]
 COCO80 = {index: f"class {index}" for index in range(80)}
 
 
@@ -34,14 +34,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-@pytest.fixture
-def yolo(board: Board, tmp_path: Path) -> Board:
-    raw = tmp_path / "yolo-output.bin"
-    raw.write_bytes(synthetic_output(YOLO_DETECTIONS).tobytes())
-    board.model("yolov8n.cix", ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"])
-    return board
 
 
 def serve_zmq(env: dict[str, str], *args: str, wait: bool = True) -> tuple[Server, str]:
@@ -211,7 +203,7 @@ def test_rocket_answers_frigate_over_ipc_as_deepstack_does(rocket_models, tmp_pa
 # -- uploads -------------------------------------------------------------------------------
 def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path) -> None:
     """With --zmq-uploads, Frigate's model file is proven in a child, loaded and served under
-    its name; a file that crashes the library in the child is saved but not served; both
+    its name; a file that crashes the library in the child is deleted, not served; both
     are logged with the peer's address and recorded for npuctl doctor."""
     uploads = tmp_path / "uploads"
     runtime = tmp_path / "run"
@@ -236,7 +228,8 @@ def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path
         client.close()
         refused = FrigateZmqClient(f"ipc://{tmp_path / 'z.sock'}", str(broken), "yologeneric", 5000)
         assert not refused.model_ready
-        assert "Model transfer failed: saved=True, loaded=False" in refused.logged
+        assert "Model transfer failed: saved=False, loaded=False" in refused.logged
+        assert sorted(p.name for p in uploads.iterdir()) == ["mine.cix"]  # unproven: deleted
         refused.close()
         assert server.request("GET", "/ready").status == 200
         record = json.loads((runtime / "frigate-uploads.json").read_text())
@@ -254,41 +247,6 @@ def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path
 
 
 # -- what an attacker sends -------------------------------------------------------------
-def raw_peer(port: int, expect_reply: bool = True) -> socket.socket:
-    """A ZMTP 3 peer by hand, past the handshake (a DEALER: no envelope)."""
-    peer = socket.create_connection(("127.0.0.1", port), timeout=10)
-    peer.sendall(b"\xff" + b"\0" * 8 + b"\x7f\x03\x01NULL" + b"\0" * 16 + b"\0" * 32)
-    ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
-    peer.sendall(bytes([0x04, len(ready)]) + ready)
-    received = b""
-    while len(received) < 64 + 27:  # its greeting and its READY (REP, ROUTER: as long)
-        received += peer.recv(4096)
-    assert received[:1] == b"\xff"
-    assert b"REP" in received or not expect_reply
-    return peer
-
-
-def send_frames(peer: socket.socket, *frames: bytes) -> None:
-    for index, data in enumerate(frames):
-        more = 0x01 if index < len(frames) - 1 else 0
-        peer.sendall(struct.pack(">BQ", more | 0x02, len(data)) + data)
-
-
-def answer_of(peer: socket.socket) -> bytes:
-    flags, size = peer.recv(1)[0], None
-    size = struct.unpack(">Q", recv_exactly(peer, 8))[0] if flags & 0x02 else peer.recv(1)[0]
-    return recv_exactly(peer, size)
-
-
-def recv_exactly(peer: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = peer.recv(size - len(data))
-        assert chunk, "closed"
-        data += chunk
-    return data
-
-
 def test_every_malformed_request_gets_an_answer_and_one_log_line(yolo: Board) -> None:
     server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
     port = int(endpoint.rsplit(":", 1)[1])
@@ -389,11 +347,6 @@ def test_libzmq_keeps_an_endless_message(tmp_path: Path) -> None:
         router.wait()
 
 
-def rss_mib(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) // 1024  # type: ignore[union-attr]
-
-
 def test_who_may_connect(yolo: Board) -> None:
     """A tcp:// endpoint on every address says so at start; --zmq-allow closes the others."""
     port = free_port()
@@ -416,8 +369,19 @@ def test_who_may_connect(yolo: Board) -> None:
         assert (
             "reachable from every address that reaches it: give --zmq-allow" in open_server.stderr
         )
+        if ipv6_here():  # tcp://* takes IPv6 too, and says so
+            assert re.search(r"tcp://0\.0\.0\.0:\d+ and tcp://\[::\]:\d+", open_server.stderr)
     finally:
         assert open_server.stop() == 0
+
+
+def ipv6_here() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::", 0))
+    except OSError:
+        return False
+    return True
 
 
 def test_a_bad_endpoint_is_one_line(yolo: Board) -> None:

@@ -7,13 +7,18 @@ the attacks an unauthenticated peer can send, each measured while it runs:
 - seventy slow clients from one address, a header line each every 100 ms, reconnecting when
   cut; /health asked meanwhile on new connections: the share answered 200;
 - eight picture bombs at once (1-bit PNGs of 7000 x 7000, 147 MB each decoded): the server's
-  resident memory afterwards against its warm size.
+  resident memory afterwards against its warm size;
+- Frigate's ZeroMQ endpoint (npuctl serve --zmq): Frigate's own client sending frames while
+  four processes flood the endpoint with empty frames (MORE, nothing in them), then with
+  PING commands, each coming back whenever it is closed: the frames' p99 against Frigate's
+  200 ms request timeout (the same frames with nobody attacking, same run, for the eye).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import multiprocessing
 import socket
 import sys
 import tempfile
@@ -22,13 +27,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
-from bench.doubles import doubles
+from bench.doubles import Doubles, doubles
+from bench.frigate_zmq import FRIGATE_TIMEOUT_S, frame_of, free_port
 from bench.report import print_rows
 from bench.serve_cost import cpu_seconds, rss_kib
 from bench.vision_cost import form
+from testkit.frigate_client import FrigateZmqClient
 from testkit.serve_process import Server, start
+from testkit.zmtp_peer import GREETING, ping, ready
 
 BENCH = "hostile"
 ATTACK_SECONDS = 4.0
@@ -164,6 +173,104 @@ def bombs_row(server: Server) -> dict:
     }
 
 
+# -- Frigate's ZeroMQ endpoint -------------------------------------------------------------
+ZMQ_FLOODS = {
+    "an empty-frame flood": b"\x01\x00" * 32768,
+    "a PING flood": ping() * 8192,
+}
+FLOODERS = 4
+FRAMES = 150
+
+
+def flooder(port: int, flood: bytes, stop: multiprocessing.synchronize.Event) -> None:
+    """An attacker of its own process: a ZMTP handshake, then the flood as fast as the
+    socket takes it, again on a new connection whenever the server closes it."""
+    opening = GREETING + ready(b"DEALER")
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+                raw.sendall(opening)
+                while not stop.is_set():
+                    raw.sendall(flood)
+        except OSError:
+            continue
+
+
+def frame_latencies(endpoint: str, pixels: np.ndarray, count: int) -> tuple[list[float], int]:
+    """Frigate's client, its 200 ms timeout: each frame's latency (a frame it timed out on
+    counts its whole wait), and how many timed out."""
+    client = FrigateZmqClient(endpoint, "yolov8n.cix", "yologeneric")
+    try:
+        assert client.model_ready, client.logged
+        for _ in range(5):
+            client.detect_raw(pixels)  # warm
+        reconnects = client.reconnects
+        latencies = []
+        for _ in range(count):
+            started = time.perf_counter()
+            client.detect_raw(pixels)
+            latencies.append(time.perf_counter() - started)
+        return latencies, client.reconnects - reconnects
+    finally:
+        client.close()
+
+
+def p99(latencies: list[float]) -> float:
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def zmq_rows(found: Doubles) -> list[dict]:
+    port = free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    server = start(found.zhouyi, "--models", "yolo", "--zmq", endpoint)
+    pixels = frame_of(found.bus, (1, 3, 640, 640), "nchw")
+    try:
+        idle, _ = frame_latencies(endpoint, pixels, FRAMES)
+        idle_row = {
+            "name": "  (information: the same frames with nobody attacking: p99)",
+            "unit": "ms; reference: Frigate's request timeout",
+            "ours": p99(idle) * 1000,
+            "reference": FRIGATE_TIMEOUT_S * 1000,
+            "ratio": p99(idle) / FRIGATE_TIMEOUT_S,
+            "target": "none",
+            "ok": True,
+        }
+        rows = []
+        for name, flood in ZMQ_FLOODS.items():
+            stop = multiprocessing.Event()
+            attackers = [
+                multiprocessing.Process(target=flooder, args=(port, flood, stop), daemon=True)
+                for _ in range(FLOODERS)
+            ]
+            for attacker in attackers:
+                attacker.start()
+            try:
+                latencies, timed_out = frame_latencies(endpoint, pixels, FRAMES)
+            finally:
+                stop.set()
+                for attacker in attackers:
+                    attacker.join(10)
+            ours = p99(latencies)
+            rows.append(
+                {
+                    "name": f"Frigate zmq frames under {name} ({FLOODERS} processes): p99",
+                    "unit": "ms; reference: Frigate's request timeout",
+                    "ours": ours * 1000,
+                    "reference": FRIGATE_TIMEOUT_S * 1000,
+                    "ratio": ours / FRIGATE_TIMEOUT_S,
+                    "target": "ours/reference < 1, no frame timed out",
+                    "ok": ours < FRIGATE_TIMEOUT_S and timed_out == 0,
+                }
+            )
+        rows.append(idle_row)
+        if "Traceback" in server.stderr:
+            raise RuntimeError(f"the server logged a traceback:\n{server.stderr[-3000:]}")
+    finally:
+        server.stop()
+    return rows
+
+
 def health_answers(server: Server) -> bool:
     return server.request("GET", "/health").status == 200
 
@@ -171,14 +278,15 @@ def health_answers(server: Server) -> bool:
 def main() -> int:
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        env = doubles(scratch).zhouyi
-        server = start(env, "--models", "yolo")
+        found = doubles(scratch)
+        server = start(found.zhouyi, "--models", "yolo")
         try:
             results = [endless_header_row(server), *slow_clients_row(server), bombs_row(server)]
             if "Traceback" in server.stderr:
                 raise RuntimeError(f"the server logged a traceback:\n{server.stderr[-3000:]}")
         finally:
             server.stop()
+        results += zmq_rows(found)
     return 0 if print_rows(results, BENCH) else 1
 
 

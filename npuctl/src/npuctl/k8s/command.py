@@ -103,6 +103,13 @@ def render_command(
         zmq_from=zmq_from,
     )
     text = render(platform, choices)
+    if zmq_port and not zmq_from:
+        click.echo(
+            f"npuctl k8s render: Frigate's detector port {zmq_port} takes frames from every "
+            "address that reaches the Service (Frigate's client sends no credentials): give "
+            "--zmq-from CIDR for a NetworkPolicy",
+            err=True,
+        )
     if output is None:
         click.echo(text, nl=False)
     else:

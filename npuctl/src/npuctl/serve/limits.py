@@ -53,6 +53,11 @@ class Limits:
         64 * MiB, "bytes", 1024, 1 << 32,
         "Bytes of a model file Frigate uploads (taken only with --zmq-uploads).",
     )  # fmt: skip
+    max_uploads: int = _limit(
+        4, "models", 0, 1_000,
+        "Model files the --zmq-uploads folder holds at most (so at most this many times "
+        "--max-model-upload bytes); an upload that fails its proof is deleted.",
+    )  # fmt: skip
     max_connections: int = _limit(
         256, "connections", 1, 10_000,
         "TCP connections open at once (the unix socket has as many of its own); at the limit "
@@ -78,6 +83,11 @@ class Limits:
     body_timeout: float = _limit(
         60.0, "seconds", 0.1, 3600, "Seconds a client has to send a request's body."
     )
+    send_timeout: float = _limit(
+        10.0, "seconds", 0.1, 3600,
+        "Seconds a ZeroMQ peer has to take an answer written to it; one that does not read is "
+        "closed (and may make room for a new connection meanwhile).",
+    )  # fmt: skip
     linger: float = _limit(
         2.0, "seconds", 0.0, 60,
         "Seconds the rest of a body answered before it was read is still read away (so its "

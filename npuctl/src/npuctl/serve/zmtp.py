@@ -7,15 +7,28 @@ Why not libzmq: its sockets take an unfinished multipart message from a peer wit
 bound (a ZMTP client that sends frames with the MORE flag and never a last one fills the
 server's memory; measured: 900 MB from one unauthenticated TCP peer, with ZMQ_MAXMSGSIZE and
 ZMQ_RCVHWM set), and they offer no limit on connections. Here every frame's size is checked
-from its header before its bytes are read, against what the message so far allows; a
-message has at most a few frames and must arrive within its timeout; a connection reads its
-next message only once the last is answered; and connections are counted per listener and
-per address, as the HTTP side counts them (.connections.Budget)."""
+from its header before its bytes are read, against what the message so far allows, and a
+large frame takes memory only as its bytes arrive; a message has at most a few frames, one
+of them empty, and a few commands, and must arrive within its timeout; a message over a
+limit is read away and answered while what it sends stays near what a message may hold, and
+past that the connection is closed; a connection reads its next message only once the last
+is answered, and an answer the peer does not take within its timeout closes it (PONGs are
+dropped while an answer waits); and connections are counted per listener and per address,
+as the HTTP side counts them (.connections.Budget), a peer not being answered making room.
+
+Routing envelopes (RFC 28): a REQ peer puts an empty delimiter before its message, a DEALER
+behind a ROUTER/DEALER proxy one routing frame per hop and then the delimiter, a DEALER of
+its own nothing; whatever came up to the delimiter is sent back before the answer."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import grp
 import ipaddress
+import mmap
+import os
+import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -29,6 +42,16 @@ GREETING_SIZE = 64
 SIGNATURE_END = 9  # 0xFF, eight bytes of padding, 0x7F
 MORE, LONG, COMMAND = 0x01, 0x02, 0x04
 MAX_COMMAND = 64 * 1024  # bytes of a READY, PING or ERROR command
+# Commands (PINGs) a peer may send within one message, and a second between messages: a
+# heartbeat sends one an interval (ZMQ_HEARTBEAT_IVL), a flood is closed.
+MAX_COMMANDS = 16
+PING_CONTEXT = 16  # bytes of a PING's context a PONG echoes (RFC 37: at most 16)
+# What the kernel keeps of the answers a peer has not read (it doubles it): an answer is a
+# few hundred bytes, so this is plenty, and a peer that does not read pins no more (the
+# kernel's own tuning would let it grow to megabytes a connection).
+SEND_BUFFER = 64 * 1024
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops the rest
+MAX_ROUTING_ID = 255  # bytes of a routing frame (RFC 28: a ZeroMQ identity)
 # The peers a REP socket talks to (RFC 28); each says which it is in its READY.
 PEER_TYPES = (b"REQ", b"DEALER")
 
@@ -72,16 +95,37 @@ def properties(body: bytes | bytearray) -> dict[bytes, bytes]:
 
 
 class ProtocolError(Exception):
-    """The peer does not speak ZMTP 3 with the NULL mechanism as a REQ or DEALER does: the
-    connection is closed."""
+    """The peer does not speak ZMTP 3 with the NULL mechanism as a REQ or DEALER does, or is
+    far past a limit: the connection is closed."""
 
 
 class Refused(Exception):
-    """A message over its limits, read away: its sender gets an answer saying why."""
+    """A message over its limits, read away: its sender gets an answer saying why (after the
+    routing envelope it sent, ``envelope``)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+        self.envelope: list[Data] = []
+
+
+def escaped(text: object, limit: int = 120) -> str:
+    """A peer's text as one line of a log: what is not printable escaped, cut at ``limit``."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text[: limit * 4]).decode("utf-8", "replace")
+    plain = str(text)
+    cut = plain[:limit]
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return shown + ("..." if len(plain) > limit else "")
+
+
+def envelope_end(frames: list[Data]) -> int:
+    """Where a message's body starts: after the first empty frame (the delimiter), or at 0
+    when there is none (a DEALER of its own sends no envelope)."""
+    for index, data in enumerate(frames):
+        if not len(data):
+            return index + 1
+    return 0
 
 
 @dataclass(frozen=True)
@@ -144,6 +188,9 @@ class Connection(asyncio.BufferedProtocol):
     # -- asyncio's side ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        connected = transport.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):
+            connected.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self.task = asyncio.get_running_loop().create_task(self._serve(self))
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -194,15 +241,23 @@ class Connection(asyncio.BufferedProtocol):
         self._writable = None
 
     # -- the reader's side -------------------------------------------------------------------
-    async def readexactly(self, size: int) -> bytes | bytearray:
-        """``size`` bytes; IncompleteReadError or ConnectionError when the peer goes."""
+    async def readexactly(self, size: int) -> bytes:
+        """``size`` bytes (at most SMALL); IncompleteReadError or ConnectionError when the
+        peer goes."""
+        assert size <= self.SMALL
+        while self._end - self._start < size:
+            await self._wait(size)
+        data = bytes(self._buffer[self._start : self._start + size])
+        self._start += size
+        return data
+
+    async def read_frame(self, size: int) -> Data:
+        """A frame's ``size`` bytes: a small one as bytes, a large one in pages of its own."""
         if size <= self.SMALL:
-            while self._end - self._start < size:
-                await self._wait(size)
-            data = bytes(self._buffer[self._start : self._start + size])
-            self._start += size
-            return data
-        whole = bytearray(size)
+            return await self.readexactly(size)
+        # Fresh anonymous pages: resident only once written, so a frame declared large and
+        # sent slowly costs what has arrived, not what its header says.
+        whole = mmap.mmap(-1, size)
         have = min(self._end - self._start, size)
         whole[:have] = self._buffer[self._start : self._start + have]
         self._start += have
@@ -250,6 +305,12 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
+    def pending(self) -> bool:
+        """Whether written bytes wait for the peer to read them."""
+        return self.transport is not None and (
+            self._writable is not None or self.transport.get_write_buffer_size() > 0
+        )
+
     async def drain(self) -> None:
         if self._closed is not None and not isinstance(self._closed, asyncio.IncompleteReadError):
             raise self._closed
@@ -257,7 +318,16 @@ class Connection(asyncio.BufferedProtocol):
             await self._writable
 
     def close(self) -> None:
-        if self.transport is not None:
+        """Closed at once: what the peer has not read is dropped, not kept for it (a reset,
+        so that not even the kernel keeps it for a peer that does not read)."""
+        if self.transport is None:
+            return
+        if self.transport.get_write_buffer_size():
+            connected = self.transport.get_extra_info("socket")
+            with contextlib.suppress(OSError, AttributeError):
+                connected.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+            self.transport.abort()
+        else:
             self.transport.close()
 
     def peer(self) -> str:
@@ -269,10 +339,14 @@ class Connection(asyncio.BufferedProtocol):
 class PeerLimits:
     handshake_timeout: float  # seconds for the greeting and READY
     message_timeout: float  # seconds for a message, once its first byte has come
-    max_frames: int  # frames in one message
+    max_frames: int  # frames in one message, its routing envelope's included
+    send_timeout: float  # seconds the peer has to take an answer
+    # Bytes of a refused message read away so that it can be answered; past them, or past
+    # max_frames, the connection is closed instead.
+    max_read_away: int
 
 
-Data = bytes | bytearray  # a frame as received (a large one in bytes of its own)
+Data = bytes | bytearray | mmap.mmap  # a frame as received (a large one in pages of its own)
 # A message's limit for its next frame: given the frames so far, at most this many bytes.
 FrameLimit = Callable[[list[Data]], int]
 
@@ -284,9 +358,14 @@ class Peer:
     connection: Connection
     limits: PeerLimits
     client: str  # its address ("unix" on a unix socket)
-    in_request: bool = False  # a message is being read or answered
-    since: float = field(default_factory=time.monotonic)  # when it last went idle
+    # A whole message is being answered: never evicted. A peer idle, sending a message or
+    # not taking its answer may be, the one longest so first.
+    in_request: bool = False
+    since: float = field(default_factory=time.monotonic)  # when it last went unserved
     peer_type: bytes = b""
+    _second: float = 0.0  # when the second the commands between messages are counted in began
+    _commands: int = 0
+    evicted: bool = False
 
     async def handshake(self) -> None:
         async with asyncio.timeout(self.limits.handshake_timeout):
@@ -297,7 +376,7 @@ class Peer:
             if theirs[10] < 3:
                 raise ProtocolError(f"ZMTP {theirs[10]}.x: this server speaks ZMTP 3")
             if theirs[12:32].rstrip(b"\0") != b"NULL":
-                mechanism = theirs[12:32].rstrip(b"\0").decode("ascii", "replace")
+                mechanism = escaped(theirs[12:32].rstrip(b"\0"), 20)
                 raise ProtocolError(f"the {mechanism} mechanism: this server speaks NULL")
             self.connection.write(ready_command(b"REP"))
             body = await self._command()
@@ -305,9 +384,9 @@ class Peer:
                 raise ProtocolError("no READY after the greeting")
             self.peer_type = properties(body[6:]).get(b"socket-type", b"")
             if self.peer_type not in PEER_TYPES:
-                raise ProtocolError(f"a {self.peer_type.decode('ascii', 'replace')} socket")
+                raise ProtocolError(f"a {escaped(self.peer_type, 40)} socket, not REQ or DEALER")
 
-    async def _command(self) -> Data:
+    async def _command(self) -> bytes:
         flags, size = await self._frame_head()
         if not flags & COMMAND or size > MAX_COMMAND:
             raise ProtocolError("a command frame was expected")
@@ -325,68 +404,106 @@ class Peer:
     async def message(self, limit: FrameLimit) -> list[Data]:
         """The next message's frames (PINGs answered meanwhile). It waits as long as the peer
         idles; once the first byte has come, the whole message must come within the timeout.
-        Refused, with the message read away, when a frame is over its limit or there are too
-        many; ProtocolError (the connection ends) when even that takes too long."""
-        first: int | None = (await self.connection.readexactly(1))[0]
-        self.in_request = True
+        Refused, with the message read away, when a frame is over its limit; ProtocolError
+        (the connection ends) when even that takes too long or would read far more than a
+        message may hold, a second empty frame comes, or too many frames or commands."""
         try:
+            while (first := (await self.connection.readexactly(1))[0]) & COMMAND:
+                async with asyncio.timeout(self.limits.message_timeout):
+                    await self._command_between_messages(first)
+            self.since = time.monotonic()
             async with asyncio.timeout(self.limits.message_timeout):
-                return await self._frames(limit, first)
+                frames = await self._frames(limit, first)
         except TimeoutError:
             raise ProtocolError("a message took too long to arrive") from None
+        self.in_request = True
+        return frames
 
     async def _frames(self, limit: FrameLimit, first: int | None) -> list[Data]:
         frames: list[Data] = []
         refusal: Refused | None = None
+        count = commands = 0
+        empty = False
+        read_away = 0
+        limits = self.limits
         while True:
             flags, size = await self._frame_head(first)
             first = None
             if flags & COMMAND:
+                commands += 1
+                if commands > MAX_COMMANDS:
+                    raise ProtocolError(f"more than {MAX_COMMANDS} commands within a message")
                 await self._answer_command(size)
                 continue
-            if refusal is None and len(frames) >= self.limits.max_frames:
-                refusal = Refused(
-                    "too_many_frames", f"more than {self.limits.max_frames} frames in a message"
-                )
+            count += 1
+            if count > limits.max_frames:
+                raise ProtocolError(f"more than {limits.max_frames} frames in a message")
+            if not size:
+                if empty:
+                    raise ProtocolError("a second empty frame in a message")
+                empty = True
             if refusal is None and size > (allowed := limit(frames)):
-                refusal = Refused(
-                    "too_large", f"frame {len(frames) + 1} has {size} bytes, over {allowed}"
-                )
+                refusal = Refused("too_large", f"frame {count} has {size} bytes, over {allowed}")
+                refusal.envelope = frames[: envelope_end(frames)]
             if refusal is None:
-                frames.append(await self.connection.readexactly(size))
+                frames.append(await self.connection.read_frame(size))
             else:
-                await self._skip(size)
+                read_away += size
+                if read_away > limits.max_read_away:
+                    raise ProtocolError(
+                        f"a message of over {limits.max_read_away} bytes, far past its limit"
+                    )
+                await self.connection.skip(size)
             if not flags & MORE:
                 break
         if refusal is not None:
             raise refusal
         return frames
 
+    async def _command_between_messages(self, flags: int) -> None:
+        now = time.monotonic()
+        if now - self._second >= 1.0:
+            self._second, self._commands = now, 0
+        self._commands += 1
+        if self._commands > MAX_COMMANDS:
+            raise ProtocolError(f"more than {MAX_COMMANDS} commands a second")
+        _, size = await self._frame_head(flags)
+        await self._answer_command(size)
+
     async def _answer_command(self, size: int) -> None:
         if size > MAX_COMMAND:
             raise ProtocolError("a command over its limit")
         body = await self.connection.readexactly(size)
         if body.startswith(b"\x04PING") and len(body) >= 7:
-            context = body[7:]
+            if self.connection.pending():
+                return  # it has not read what it was sent: no more is queued for it
+            context = body[7 : 7 + PING_CONTEXT]
             pong = b"\x04PONG" + context
             self.connection.write(frame(pong, command=True) + pong)
         elif body.startswith(b"\x05ERROR"):
             raise ProtocolError("the peer sent ERROR")
 
-    async def _skip(self, size: int) -> None:
-        await self.connection.skip(size)
-
     async def send(self, frames: list[Data | memoryview]) -> None:
-        """A message, each frame but the last marked MORE; the next may then be read."""
+        """A message, each frame but the last marked MORE; the next may then be read once
+        the peer has taken it. ProtocolError when it does not within the send timeout
+        (meanwhile it may be evicted to make room)."""
         for index, data in enumerate(frames):
-            self.connection.write(frame(data, more=index < len(frames) - 1))
-            self.connection.write(data)
-        await self.connection.drain()
+            view = memoryview(data)
+            self.connection.write(frame(view, more=index < len(frames) - 1))
+            self.connection.write(view)
         self.in_request = False
         self.since = time.monotonic()
+        try:
+            async with asyncio.timeout(self.limits.send_timeout):
+                await self.connection.drain()
+        except TimeoutError:
+            raise ProtocolError(
+                f"it took no answer for {self.limits.send_timeout:g} s (it does not read)"
+            ) from None
 
     def evict(self) -> None:
-        """Closed to make room: it was idle."""
+        """Closed to make room: it was idle, still sending a message or not reading."""
+        self.evicted = True
         self.connection.close()
 
 
@@ -402,8 +519,11 @@ class Listening:
     def where(self) -> str:
         if self.endpoint.path is not None:
             return self.endpoint.text
-        host, port = self.server.sockets[0].getsockname()[:2]
-        return f"tcp://{'[' + host + ']' if ':' in host else host}:{port}"
+        found = []
+        for listener in self.server.sockets:  # tcp://* is one a family: IPv4 and IPv6 both
+            host, port = listener.getsockname()[:2]
+            found.append(f"tcp://{'[' + host + ']' if ':' in host else host}:{port}")
+        return " and ".join(found)
 
     async def close(self) -> None:
         self.server.close()
@@ -421,10 +541,12 @@ async def listen(
     budget: Budget,
     allowed: Callable[[str], bool],
     refused: Callable[[str, str], None],
+    group: str | None = None,
 ) -> Listening:
     """Accept REQ and DEALER peers at ``endpoint``; each is served by ``serve_peer`` once its
     handshake is done. A peer ``allowed`` refuses, or one over the budget when every other
-    is busy, is closed at once (``refused`` is told who and why)."""
+    is busy, is closed at once (``refused`` is told who and why). A named unix socket is
+    read-write for its owner and ``group`` (else the server's own group), nobody else."""
     listening: Listening | None = None
 
     async def accepted(connection: Connection) -> None:
@@ -448,7 +570,11 @@ async def listen(
         except (ProtocolError, TimeoutError) as error:
             refused(client, str(error))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the peer left: its request, if any, is cancelled with this task
+            if peer.evicted:
+                refused(client, "evicted to make room for a new connection")
+            # else the peer left: its request, if any, is cancelled with this task
+        except Exception as error:  # a bug: this peer's connection, never the server
+            refused(client, f"closed on an unexpected {type(error).__name__}: {escaped(error)}")
         finally:
             listening.peers.discard(task)
             budget.leave(peer)
@@ -461,11 +587,22 @@ async def listen(
             Path(endpoint.path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             remove_stale_socket(Path(endpoint.path))
         server = await loop.create_unix_server(lambda: Connection(accepted), endpoint.path)
-        if named:  # who may reach it is the folder's to decide (a container's shared folder)
-            Path(endpoint.path).chmod(0o666)
+        if named:
+            socket_for_group(Path(endpoint.path), group)
     else:
         server = await loop.create_server(
             lambda: Connection(accepted), endpoint.host, endpoint.port, reuse_address=True
         )
     listening = Listening(server, endpoint)
     return listening
+
+
+def socket_for_group(path: Path, group: str | None) -> None:
+    """The socket read-write for its owner and ``group`` only (the group that may use the
+    NPU may ask it for frames too); where this process may not give it to that group (not
+    root nor a member, or no such group here), its own group keeps it."""
+    path.chmod(0o660)
+    if group is None:
+        return
+    with contextlib.suppress(KeyError, PermissionError):
+        os.chown(path, -1, grp.getgrnam(group).gr_gid)

@@ -6,7 +6,8 @@ bytes of the frame Frigate already resized to the model's input. The answer is o
 480 bytes: 20 rows of [class_id, score, y_min, x_min, y_max, x_max] float32, box corners
 relative to the frame, best first, unused rows zero. Anything else Frigate reads as no
 detections and logs, so every refusal is an answer too: a JSON frame saying why (one log
-line per kind and peer here).
+line per kind and peer here, the peer's text escaped; lines repeated per request are said at
+most once a minute per peer).
 
 The frames go through the same queue, NPU owners, metrics, readiness and drain as every
 HTTP request, and the same detector pipeline as DeepStack's route (.pipeline)."""
@@ -20,15 +21,17 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import click
 import numpy as np
 
 from ...defaults import DEFAULT_ZMQ_PORT, FRIGATE_UPLOADS_RECORD
+from ...drivers import all_drivers
 from ...errors import NpuctlError
 from ...files import write_atomically, write_text_atomically
 from ...models.manifest import FrigateFacts
@@ -45,7 +48,12 @@ ROWS, COLUMNS = 20, 6  # Frigate's detection array
 ANSWER_BYTES = ROWS * COLUMNS * 4
 MIN_SCORE = 0.4  # Frigate's own post-processing's threshold, and DeepStack's default
 HEADER_MAX = 64 * 1024  # bytes of a request's JSON frame
-MAX_FRAMES = 4  # REQ's empty delimiter, a header, a tensor or a model file, and no more
+# Proxies a request may come through (RFC 28: a routing frame each), then the delimiter, a
+# header, a tensor or a model file, and no more.
+MAX_HOPS = 8
+MAX_FRAMES = MAX_HOPS + 3
+REPEAT_SECONDS = 60.0  # a line repeated per request is said at most this often per peer
+KEPT_RECORDS = 64  # uploads recorded for npuctl doctor, the latest
 # Frigate waits 30 s for the answer to its model request: a server still loading answers
 # within it (a model Frigate is told is not loaded, it never asks for again).
 HANDSHAKE_WAIT = 25.0
@@ -97,7 +105,8 @@ OPTIONS = (
         show_envvar=True,
         callback=_networks,
         help="The client addresses the tcp:// endpoints take (Frigate's client sends no "
-        "credentials) [default: every address that reaches the port].",
+        "credentials; an ipc:// socket is 0660, its owner's and the NPU's group's) "
+        "[default: every address that reaches the port].",
     ),
     click.option(
         "--zmq-uploads",
@@ -139,14 +148,34 @@ def detection_rows(found: list[Any], width: int, height: int) -> bytes:
 @dataclass
 class Complaints:
     """One log line per kind of complaint and peer address (a peer that sends a thousand
-    bad frames logs one line; the metrics count them all)."""
+    bad frames logs one line; the metrics count them all), its text escaped; and lines said
+    per request (a model request, an upload) at most once a minute per peer and kind."""
 
     said: set[tuple[str, str]] = field(default_factory=set)
+    last: dict[tuple[str, str], float] = field(default_factory=dict)
+    per_client: Counter[str] = field(default_factory=Counter)
 
-    def say(self, client: str, kind: str, message: str) -> None:
-        if (client, kind) not in self.said and len(self.said) < 10_000:
-            self.said.add((client, kind))
-            log.warning("frigate: %s from %s: %s", kind.replace("_", " "), client, message)
+    def say(self, client: str, kind: str, message: str, why: str | None = None) -> None:
+        """Said once per peer and kind (and ``why``, where one kind has several reasons),
+        at most 32 lines per peer."""
+        key = (client, f"{kind} {why}" if why else kind)
+        if key in self.said or len(self.said) >= 10_000 or self.per_client[client] >= 32:
+            return
+        self.said.add(key)
+        self.per_client[client] += 1
+        log.warning(
+            "frigate: %s from %s: %s", kind.replace("_", " "), client, zmtp.escaped(message, 400)
+        )
+
+    def now_and_then(self, client: str, kind: str) -> bool:
+        """Whether a line of this kind about this peer may be said now."""
+        now = time.monotonic()
+        if now - self.last.get((client, kind), -REPEAT_SECONDS) < REPEAT_SECONDS:
+            return False
+        if len(self.last) >= 10_000:
+            self.last = {k: t for k, t in self.last.items() if now - t < REPEAT_SECONDS}
+        self.last[(client, kind)] = now
+        return True
 
 
 # -- a detector as Frigate sees it -----------------------------------------------------------
@@ -191,29 +220,56 @@ class PeerState:
 
 
 @dataclass
+class Judged:
+    """What a header frame says: the request (None: not one) or why it is refused, and how
+    many bytes its payload may have."""
+
+    header: dict[str, Any] | None
+    problem: tuple[str, str] | None  # (kind, message) of a request refused
+    payload: int
+
+
+@dataclass
 class Expectation:
     """What the message being read may hold, decided frame by frame (its header says what
-    its payload is, so the payload's size is checked before its bytes are read)."""
+    its payload is, so the payload's size is checked before its bytes are read). Until the
+    delimiter comes, a frame may be a proxy's routing frame or, from a DEALER that sends no
+    envelope, the header: the next frame may be either's."""
 
     detector: FrigateDetector
     state: PeerState
-    header: dict[str, Any] | None = None
-    problem: tuple[str, str] | None = None  # (kind, message) of a request refused
+    judged: tuple[zmtp.Data, Judged] | None = None  # the frame judged last, and its verdict
+    holds_upload: bool = False  # this message is the one upload taken at a time
+    upload_refusal: str | None = None  # why its upload is not taken
+    fault: str | None = None  # a fault of the server's own while it was read
 
     def limit(self, frames: list[zmtp.Data]) -> int:
-        body = frames[1:] if frames and frames[0] == b"" else frames
+        """The next frame's limit; 0 (the message read away and answered) on a fault."""
+        try:
+            return self._limit(frames)
+        except Exception as error:  # a bug: the message is still read away and answered
+            self.fault = f"{type(error).__name__}: {error}"
+            return 0
+
+    def _limit(self, frames: list[zmtp.Data]) -> int:
+        start = zmtp.envelope_end(frames)
+        body = frames[start:]
         if not body:
-            return HEADER_MAX  # the delimiter or the header
+            return HEADER_MAX  # the delimiter, the header or a routing frame
+        routing = zmtp.MAX_ROUTING_ID if not start and len(body[-1]) <= zmtp.MAX_ROUTING_ID else 0
         if len(body) > 1:
-            return 0  # nothing after the payload
-        self.header = self.header or self.detector.header(body[0], self)
-        if self.header is None:
-            return 0
-        if self.header.get("model_data"):
-            return self.detector.upload_limit
-        if self.header.get("model_request"):
-            return 0
-        return self.detector.payload_size(self.header, self)
+            return routing  # nothing after the payload
+        return max(routing, self.judge(body[0]).payload)
+
+    def judge(self, data: zmtp.Data) -> Judged:
+        if self.judged is None or self.judged[0] is not data:
+            self.judged = (data, self.detector.judge(data, self))
+        return self.judged[1]
+
+    def body(self, frames: list[zmtp.Data]) -> tuple[list[zmtp.Data], list[zmtp.Data]]:
+        """The routing envelope (sent back before the answer) and the request's frames."""
+        start = zmtp.envelope_end(frames)
+        return frames[:start], frames[start:]
 
 
 class FrigateDetector:
@@ -225,7 +281,10 @@ class FrigateDetector:
         self.allow = options["zmq_allow"]
         self.uploads: Path | None = options["zmq_uploads"]
         self.upload = startup.upload
-        self.upload_limit = self.service.limits.max_model_upload if self.uploads else 0
+        limits = self.service.limits
+        self.upload_limit = limits.max_model_upload if self.uploads else 0
+        self.max_uploads = limits.max_uploads
+        self.uploading = False  # one upload is taken at a time
         self.complaints = Complaints()
         self.uploaded: list[dict[str, object]] = []
         self.served = [
@@ -234,33 +293,71 @@ class FrigateDetector:
             if (facts := self.service.facts(model.name)) is not None
         ]
 
-    # -- requests ----------------------------------------------------------------------------
-    def header(self, data: zmtp.Data, expectation: Expectation) -> dict[str, Any] | None:
-        try:
-            header = json.loads(data)
-        except (ValueError, RecursionError):
-            expectation.problem = ("not_json", "the header frame is not JSON")
-            return None
-        if not isinstance(header, dict):
-            expectation.problem = ("not_json", "the header frame is not a JSON object")
-            return None
-        return header
+    def largest_frame(self) -> int:
+        """The most bytes a request's payload may be read away at: a model file, or a tensor
+        (--max-upload, as a tensor request over HTTP)."""
+        limits = self.service.limits
+        return max(limits.max_model_upload, limits.max_upload, HEADER_MAX)
 
-    def payload_size(self, header: dict[str, Any], expectation: Expectation) -> int:
-        """The tensor's size in bytes, when its header fits the model; else 0 (and why)."""
+    # -- requests ----------------------------------------------------------------------------
+    def judge(self, data: zmtp.Data, expectation: Expectation) -> Judged:
+        try:
+            header = json.loads(data if isinstance(data, bytes | bytearray) else bytes(data))
+        except (ValueError, RecursionError):
+            return Judged(None, ("not_json", "the header frame is not JSON"), 0)
+        if not isinstance(header, dict):
+            return Judged(None, ("not_json", "the header frame is not a JSON object"), 0)
+        if header.get("model_request"):
+            return Judged(header, None, 0)
+        if header.get("model_data"):
+            return Judged(header, None, self._upload_limit(header, expectation))
         served = expectation.state.served or self._sole()
         if served is None:
-            expectation.problem = (
+            unserved = (
                 "no_model",
                 "send the model request first (model_request): this server serves "
                 + (", ".join(s.model.name for s in self.served) or "no detector"),
             )
-            return 0
+            return Judged(header, unserved, 0)
         problem = self._frame_problem(served, header)
         if problem is not None:
-            expectation.problem = problem
+            return Judged(header, problem, 0)
+        return Judged(header, None, math.prod(header["shape"]) * np.dtype(header["dtype"]).itemsize)
+
+    def _upload_limit(self, header: dict[str, Any], expectation: Expectation) -> int:
+        """The model file's limit, once the upload may be taken (it then holds the one
+        upload slot until it is answered); else 0, and why."""
+        if expectation.holds_upload:
+            return self.upload_limit
+        why = self._upload_problem(header.get("model_name"))
+        if why is not None:
+            expectation.upload_refusal = why
             return 0
-        return math.prod(header["shape"]) * np.dtype(header["dtype"]).itemsize
+        self.uploading = expectation.holds_upload = True
+        return self.upload_limit
+
+    def _upload_problem(self, name: object) -> str | None:
+        if self.uploads is None or self.upload is None:
+            return "uploads are not taken here (npuctl serve --zmq-uploads FOLDER takes them)"
+        if not isinstance(name, str) or not _plain_name(name):
+            return "an upload is [header, the model file], its model_name a plain file name"
+        if self.named(name) is not None:
+            return f"{name} is served here already: an upload never replaces a served model"
+        kept = _kept_uploads(self.uploads)
+        if name in kept:
+            return f"{name} was uploaded before: an upload never replaces another"
+        if len(kept) >= self.max_uploads:
+            return (
+                f"the uploads folder holds {len(kept)} models, its most (--max-uploads): "
+                "remove one there first"
+            )
+        if self.uploading:
+            return "another upload is being taken: one at a time (Frigate retries at its start)"
+        return None
+
+    def release(self, expectation: Expectation) -> None:
+        if expectation.holds_upload:
+            expectation.holds_upload = self.uploading = False
 
     def _frame_problem(self, served: Served, header: dict[str, Any]) -> tuple[str, str] | None:
         expected = served.facts.model_type
@@ -279,11 +376,12 @@ class FrigateDetector:
             )
         shape = header.get("shape")
         shapes = served.frame_shapes()
-        if not isinstance(shape, list) or tuple(shape) not in shapes:
+        if not _is_shape(shape) or tuple(shape) not in shapes:
             ours = served.layout
             return (
                 "wrong_shape",
-                f"shape {str(shape)[:60]}: {served.model.name} takes {list(ours)} "
+                f"shape {zmtp.escaped(json.dumps(shape), 60)}: {served.model.name} takes "
+                f"{list(ours)} "
                 f"({served.facts.input_tensor}; set Frigate's model width, height and "
                 "input_tensor to match)",
             )
@@ -302,51 +400,64 @@ class FrigateDetector:
         state = PeerState()
         while True:
             expectation = Expectation(self, state)
+            envelope: list[zmtp.Data] = [b""] if peer.peer_type == b"REQ" else []
             try:
                 frames = await peer.message(expectation.limit)
-                envelope, body = (frames[:1], frames[1:]) if frames[:1] == [b""] else ([], frames)
+                envelope, body = expectation.body(frames)
                 reply = await self._answer(peer, state, body, expectation)
             except zmtp.Refused as refused:
-                envelope = [b""] if peer.peer_type == b"REQ" else []
+                envelope = refused.envelope or envelope
                 reply = self._refusal(peer, expectation, refused)
+            except (zmtp.ProtocolError, ConnectionError, asyncio.IncompleteReadError):
+                raise
+            except Exception as error:  # a bug: one answer and one line, the peer served on
+                reply = self._complaint(
+                    peer, "internal", f"{type(error).__name__}: {error}", code=500
+                )
+            finally:
+                self.release(expectation)
             await peer.send([*envelope, reply])
+            await asyncio.sleep(0)  # the next message waits for every other peer's turn
 
     async def _answer(
         self, peer: zmtp.Peer, state: PeerState, body: list[zmtp.Data], expectation: Expectation
     ) -> bytes:
-        header = expectation.header or (self.header(body[0], expectation) if body else None)
+        if not body:  # nothing a client sends: a flood of them costs its connection
+            raise zmtp.ProtocolError("an empty message")
+        judged = expectation.judge(body[0])
+        header = judged.header
         if header is None:
-            kind, message = expectation.problem or ("empty", "an empty message")
-            return self._complaint(peer, kind, message)
+            return self._complaint(peer, *(judged.problem or ("not_json", "no header")))
         if header.get("model_request"):
             return await self._model_request(peer, state, header)
         if header.get("model_data"):
-            return await self._model_data(peer, state, header, body)
-        if expectation.problem is not None:
-            return self._complaint(peer, *expectation.problem)
+            return await self._model_data(peer, state, header, body, expectation)
+        if judged.problem is not None:
+            return self._complaint(peer, *judged.problem)
         if len(body) != 2:
             return self._complaint(peer, "no_tensor", "a frame is [header, tensor]")
         served = state.served or self._sole()
-        assert served is not None  # payload_size() saw to it
+        assert served is not None  # judge() saw to it
         return await self._detect(peer, served, header, body[1])
 
     def _refusal(self, peer: zmtp.Peer, expectation: Expectation, refused: zmtp.Refused) -> bytes:
-        header = expectation.header or {}
+        if expectation.fault is not None:
+            return self._complaint(peer, "internal", expectation.fault, code=500)
+        judged = expectation.judged[1] if expectation.judged else Judged(None, None, 0)
+        header = judged.header or {}
         if header.get("model_data"):
-            why = (
-                "uploads are not taken here (npuctl serve --zmq-uploads FOLDER takes them)"
-                if not self.uploads
-                else f"the model file is over {self.upload_limit} bytes (--max-model-upload)"
+            why = expectation.upload_refusal or (
+                f"the model file is over {self.upload_limit} bytes (--max-model-upload)"
             )
             self.complaints.say(peer.client, "upload_refused", why)
             return _json({"model_saved": False, "model_loaded": False, "error": why})
-        kind, message = expectation.problem or (refused.kind, str(refused))
+        kind, message = judged.problem or (refused.kind, str(refused))
         return self._complaint(peer, kind, message)
 
-    def _complaint(self, peer: zmtp.Peer, kind: str, message: str) -> bytes:
+    def _complaint(self, peer: zmtp.Peer, kind: str, message: str, code: int = 400) -> bytes:
         self.complaints.say(peer.client, kind, message)
-        self.service.metrics.errors.labels("invalid_request").inc()
-        self.service.metrics.answered("zmq", 400, 0.0)
+        self.service.metrics.errors.labels("internal" if code == 500 else "invalid_request").inc()
+        self.service.metrics.answered("zmq", code, 0.0)
         return _json({"error": message, "kind": kind})
 
     async def _model_request(
@@ -355,16 +466,18 @@ class FrigateDetector:
         name = header.get("model_name")
         served = self.named(name)
         if served is None:
-            log.info(
-                "frigate: %s asked for %r, which is not served here (%s)",
-                peer.client,
-                str(name)[:100],
-                ", ".join(s.model.name for s in self.served) or "no detector",
-            )
+            if self.complaints.now_and_then(peer.client, "asked"):
+                log.info(
+                    "frigate: %s asked for %s, which is not served here (%s)",
+                    peer.client,
+                    zmtp.escaped(json.dumps(name), 100),
+                    ", ".join(s.model.name for s in self.served) or "no detector",
+                )
             return _json({"model_available": False, "model_loaded": False})
         state.served = served
         loaded = await self._loaded()
-        log.info("frigate: %s connected for %s", peer.client, served.model.name)
+        if self.complaints.now_and_then(peer.client, "connected for " + served.model.name):
+            log.info("frigate: %s connected for %s", peer.client, served.model.name)
         return _json({"model_available": True, "model_loaded": loaded})
 
     async def _loaded(self) -> bool:
@@ -408,20 +521,29 @@ class FrigateDetector:
 
     # -- uploads ---------------------------------------------------------------------------
     async def _model_data(
-        self, peer: zmtp.Peer, state: PeerState, header: dict[str, Any], body: list[zmtp.Data]
+        self,
+        peer: zmtp.Peer,
+        state: PeerState,
+        header: dict[str, Any],
+        body: list[zmtp.Data],
+        expectation: Expectation,
     ) -> bytes:
         name = str(header.get("model_name") or "")
-        if self.uploads is None or self.upload is None:
-            why = "uploads are not taken here (npuctl serve --zmq-uploads FOLDER takes them)"
+        why = expectation.upload_refusal
+        if why is None and not expectation.holds_upload:  # no model file came to claim it
+            why = self._upload_problem(name) or "an upload is [header, the model file]"
+        if why is None and len(body) != 2:
+            why = "an upload is [header, the model file], and nothing after it"
+        if why is not None or self.uploads is None or self.upload is None:
+            why = why or "uploads are not taken here"
             self.complaints.say(peer.client, "upload_refused", why)
             return _json({"model_saved": False, "model_loaded": False, "error": why})
-        if len(body) != 2 or not _plain_name(name):
-            why = "an upload is [header, the model file], its model_name a plain file name"
-            return _json({"model_saved": False, "model_loaded": False, "error": why})
+        model_file = body[1]
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(model_file).hexdigest())
         record: dict[str, object] = {
             "name": name,
             "bytes": len(body[1]),
-            "sha256": hashlib.sha256(body[1]).hexdigest(),
+            "sha256": digest,  # 64 MB hashed beside the event loop, not on it
             "peer": peer.client,
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -433,24 +555,25 @@ class FrigateDetector:
         except (NpuctlError, OSError, ApiError) as error:
             record.update(loaded=False, error=str(error))
             self._record(record)
-            log.warning(
-                "frigate: %s uploaded %s (%d bytes): not served: %s",
-                peer.client,
-                name,
-                len(body[1]),
-                error,
-            )
-            saved = (self.uploads / name).exists()
-            return _json({"model_saved": saved, "model_loaded": False, "error": str(error)})
+            (self.uploads / name).unlink(missing_ok=True)  # unproven: not kept
+            if self.complaints.now_and_then(peer.client, "uploaded"):
+                log.warning(
+                    "frigate: %s uploaded %s (%d bytes): not served, deleted: %s",
+                    peer.client,
+                    zmtp.escaped(name),
+                    len(body[1]),
+                    zmtp.escaped(error, 400),
+                )
+            return _json({"model_saved": False, "model_loaded": False, "error": str(error)})
         served = Served(model, facts)
-        self.served.insert(0, served)
+        self.served.append(served)
         state.served = served
         record.update(loaded=True)
         self._record(record)
         log.info(
             "frigate: %s uploaded %s (%d bytes): proven, loaded and served",
             peer.client,
-            name,
+            zmtp.escaped(name),
             len(body[1]),
         )
         return _json({"model_saved": True, "model_loaded": True})
@@ -463,7 +586,7 @@ class FrigateDetector:
         service.adopt(model, outputs)
 
     def _record(self, record: dict[str, object]) -> None:
-        self.uploaded.append(record)
+        self.uploaded = [*self.uploaded[-(KEPT_RECORDS - 1) :], record]
         folder = self.service.runtime_folder
         if folder is None:
             return
@@ -475,8 +598,23 @@ class FrigateDetector:
 
 
 def _plain_name(name: str) -> bool:
-    """A file name of its own (no folder, no NUL), fit for a file of the uploads folder."""
-    return 0 < len(name) < 256 and "/" not in name and "\0" not in name and name not in (".", "..")
+    """A file name of its own (printable, no folder, not hidden), fit for the uploads folder."""
+    return 0 < len(name) < 256 and name.isprintable() and "/" not in name and name[0] != "."
+
+
+def _kept_uploads(folder: Path) -> set[str]:
+    """The model files the uploads folder holds (a hidden one is a file being written)."""
+    try:
+        return {p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+    except FileNotFoundError:
+        return set()
+
+
+def _is_shape(shape: object) -> TypeGuard[list[int]]:
+    """A tensor's shape as JSON gives it: a list of non-negative integers."""
+    return isinstance(shape, list) and all(
+        type(size) is int and 0 <= size < 1 << 31 for size in shape
+    )
 
 
 def _save(path: Path, data: zmtp.Data) -> None:
@@ -519,7 +657,13 @@ async def start(startup: Startup) -> Running | None:
         return None
     detector = FrigateDetector(startup)
     service, limits = startup.service, startup.service.limits
-    peer_limits = zmtp.PeerLimits(limits.head_timeout, limits.body_timeout, MAX_FRAMES)
+    peer_limits = zmtp.PeerLimits(
+        limits.head_timeout,
+        limits.body_timeout,
+        MAX_FRAMES,
+        limits.send_timeout,
+        detector.largest_frame() + HEADER_MAX,
+    )
     allow = detector.allow
 
     def allowed(client: str) -> bool:
@@ -532,16 +676,18 @@ async def start(startup: Startup) -> Running | None:
         return any(address in network for network in allow)
 
     def refused(client: str, why: str) -> None:
-        detector.complaints.say(client, "refused", why)
-        service.metrics.errors.labels("busy" if "connections" in why else "invalid_request").inc()
+        detector.complaints.say(client, "refused", why, why=" ".join(why.split()[:2]))
+        kind = "busy" if "connections" in why else "invalid_request"
+        service.metrics.errors.labels("evicted" if "evicted" in why else kind).inc()
 
+    group = npu_group(service.platform)
     listening = []
     try:
         for endpoint in endpoints:
             budget = Budget(limits.max_connections, limits.max_per_client)
             listening.append(
                 await zmtp.listen(
-                    endpoint, detector.serve_peer, peer_limits, budget, allowed, refused
+                    endpoint, detector.serve_peer, peer_limits, budget, allowed, refused, group
                 )
             )
     except OSError as error:
@@ -573,6 +719,12 @@ async def start(startup: Startup) -> Running | None:
             facts.labelmap,
         )
     return Listeners(listening)
+
+
+def npu_group(platform: str) -> str | None:
+    """The group the platform's driver packages give the NPU's device node to."""
+    groups = {driver.group for driver in all_drivers() if driver.platform == platform}
+    return groups.pop() if len(groups) == 1 else None
 
 
 LISTENER = Listener("frigate", OPTIONS, start)
