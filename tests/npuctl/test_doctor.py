@@ -2,6 +2,7 @@
 commands) and the libnoe test double; each scenario breaks one thing."""
 
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -538,6 +539,70 @@ def test_the_doctor_names_libaipudrv_and_judges_it_with_arm_chinas_line(
     assert checks["versions"]["status"] == "ok"
     assert checks["versions"]["summary"] == "Driver 6.1.0, libaipudrv 6.1.0"
     assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
+
+
+def _ioctls(board) -> list[int]:
+    return [int(call.split(":")[1]) for call in board.calls() if call.startswith("ioctl:")]
+
+
+@pytest.mark.parametrize(
+    ("version", "get_version", "other"), [("6.0.0", 272, 273), ("6.1.0", 273, 272)]
+)
+def test_the_version_command_is_the_one_of_the_librarys_own_version(
+    board, image, aipu_shim, tmp_path, request, version, get_version, other
+):
+    """libaipudrv 6.1.0 inserted a command before GET_VERSION: 273 is GET_VERSION in 6.1.0 and
+    ABORT_CMDPOOL in 6.0.0. npuctl learns the version first, and sends each its own."""
+    fixture = "libaipudrv_6_0_double" if version == "6.0.0" else "libaipudrv_double"
+    library = request.getfixturevalue(fixture)
+    code, checks, facts = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, version, version, library=library
+    )
+    assert facts["umd"]["version"] == version
+    assert checks["versions"]["summary"] == f"Driver {version}, libaipudrv {version}"
+    assert facts["versions"]["umd"] == version  # the library's own answer to GET_VERSION
+    assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
+    assert _ioctls(board) == [get_version]
+    assert other not in _ioctls(board) and "abort_cmdpool" not in board.calls()
+
+
+@pytest.mark.parametrize(("kmd", "umd"), [("6.1.0", "6.0.0"), ("6.0.0", "6.1.0")])
+def test_libaipudrv_6_0_and_kmd_6_1_fail_as_a_pair_though_they_share_every_number(
+    board, image, aipu_shim, tmp_path, request, kmd, umd
+):
+    fixture = "libaipudrv_6_0_double" if umd == "6.0.0" else "libaipudrv_double"
+    library = request.getfixturevalue(fixture)
+    code, checks, _ = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, kmd, umd, library=library
+    )
+    assert code == 11
+    assert checks["versions"]["status"] == "failure"
+    assert "struct aipu_job_desc is reordered at the same 144 bytes" in " ".join(
+        checks["versions"]["summary"].split()
+    )
+    assert checks["versions"]["fix"].startswith("sudo apt install aipu-compass-dkms libaipudrv6")
+    assert not _ioctls(board) and "create_job" not in board.calls()
+
+
+def test_a_libaipudrv_of_unknown_version_gets_no_command(
+    board, image, aipu_shim, tmp_path, libaipudrv_double
+):
+    """Built by upstream's own Makefile, the library is libaipudrv.so, with no version."""
+    unnamed = tmp_path / "upstream-build" / "libaipudrv.so"
+    unnamed.parent.mkdir()
+    shutil.copyfile(os.path.realpath(libaipudrv_double), unnamed)
+    code, checks, facts = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, "6.1.0", "", library=unnamed
+    )
+    assert facts["umd"] == {"library": "libaipudrv", "path": str(unnamed), "version": ""}
+    versions = checks["versions"]
+    assert versions["status"] == "warning"
+    assert "libaipudrv of unknown version" in versions["summary"]
+    assert "libaipudrv 6.0, 6.1 only" in versions["detail"]
+    assert versions["fix"].startswith("sudo apt install libaipudrv6")
+    assert not _ioctls(board)  # opened, asked its topology, never sent a command number
+    assert "init" in board.calls()
+    assert code == 10, [c["summary"] for c in checks.values() if c["status"] == "failure"]
 
 
 def test_libaipudrv_on_cixs_line_fails_before_any_job_with_the_other_package_as_fix(

@@ -12,6 +12,10 @@ import yaml
 
 from npuctl.doctor.findings import Status
 
+from .versions import series, umd_from_library_name
+
+__all__ = ["series", "table", "umd_from_library_name", "umd_from_package", "verdict"]
+
 LIBNOE_PACKAGE = "cix-noe-umd"
 
 
@@ -87,12 +91,6 @@ def table() -> Table:
             for entry in document["pairs"]
         ),
     )
-
-
-def series(version: str) -> str:
-    """'5.11' of '5.11.0', '5.11.0-012345678' or '5.11.0+git20251022.66bfa0e-1'; '' if none."""
-    match = re.match(r"\s*v?(\d+)\.(\d+)", version)
-    return f"{match[1]}.{match[2]}" if match else ""
 
 
 def _key(value: str) -> tuple[int, ...]:
@@ -289,13 +287,6 @@ def _known(pairs: Table) -> str:
         + (f" or libaipudrv {pair.libaipudrv}" if pair.libaipudrv else "")
         for pair in pairs.pairs
     )
-
-
-def umd_from_library_name(name: str, library: str = "libnoe") -> str:
-    """'0.6.0' of libnoe.so.0.6.0 (the real file behind libnoe.so), '6.1.0' of
-    libaipudrv.so.6.1.0 for library libaipudrv; '' otherwise."""
-    match = re.fullmatch(rf"{re.escape(library)}\.so\.(\d+\.\d+\.\d+)", name)
-    return match[1] if match else ""
 
 
 def umd_from_package(version: str) -> str:
