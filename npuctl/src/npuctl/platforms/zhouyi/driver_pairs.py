@@ -29,7 +29,7 @@ class Pair:
     instead: str = ""  # the user space and graphs this series serves instead of libnoe
     libaipudrv: str | None = None  # major.minor of the libaipudrv that speaks it
     libaipudrv_package: str = ""  # the driver package that builds this series, for it
-    libnoe_package: str = ""  # the cix-noe-umd series that speaks it
+    libnoe_packages: tuple[str, ...] = ()  # the cix-noe-umd versions known to speak it
     libnoe_evidence: str = ""
     libnoe_release: str = ""  # where that libnoe comes from
     libaipudrv_changed: str = ""  # what it changed against the libaipudrv before it
@@ -49,8 +49,13 @@ class Table:
     def for_umd(self, series: str) -> Pair | None:
         return next((pair for pair in self.pairs if pair.umd == series), None)
 
-    def for_libnoe_package(self, series: str) -> list[Pair]:
-        return [pair for pair in self.pairs if pair.libnoe_package == series]
+    def for_libnoe_package(self, wanted: str) -> list[Pair]:
+        """The series whose libnoe packages share ``wanted``'s major.minor."""
+        return [
+            pair
+            for pair in self.pairs
+            if any(series(known) == series(wanted) for known in pair.libnoe_packages)
+        ]
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def table() -> Table:
                 instead=_text(entry, "instead"),
                 libaipudrv=None if entry.get("libaipudrv") is None else str(entry["libaipudrv"]),
                 libaipudrv_package=str(entry.get("libaipudrv_package", "")),
-                libnoe_package=str(entry.get("libnoe_package", "")),
+                libnoe_packages=tuple(str(v) for v in entry.get("libnoe_packages", ())),
                 libnoe_evidence=_text(entry, "libnoe_evidence"),
                 libnoe_release=_text(entry, "libnoe_release"),
                 libaipudrv_changed=_text(entry, "libaipudrv_changed"),
@@ -147,7 +152,7 @@ def verdict(kmd: str, umd: str, library: str = "libnoe") -> Verdict:
     # The library CIX ships for the driver loaded, or else the driver the library speaks.
     if own.umd and own.umd_deb:
         fix = f"sudo npuctl provision --umd-deb {own.umd_deb}   # libnoe {own.umd}"
-    elif own.libnoe_package:
+    elif own.libnoe_packages:
         fix = f"{_back_to_shipped(pairs, kmd)}; or keep KMD {kmd}: {_libnoe_fix(own)}"
     else:
         fix = _back_to_shipped(pairs, kmd)
@@ -162,7 +167,7 @@ def _libnoe_detail(umd: str, own: Pair, speaks: Pair | None) -> str:
     )
     if own.umd:
         detail += f" KMD {own.kmd} needs libnoe {own.umd} ({own.umd_package})."
-    elif own.libnoe_package:
+    elif own.libnoe_packages:
         detail += f" KMD {own.kmd} needs {_libnoe_of(own)}."
     if own.source:
         detail += f" KMD {own.kmd} comes from {own.source}."
@@ -174,16 +179,17 @@ def _libnoe_detail(umd: str, own: Pair, speaks: Pair | None) -> str:
 
 
 def _libnoe_of(pair: Pair) -> str:
-    return f"{LIBNOE_PACKAGE} {pair.libnoe_package}.x ({pair.libnoe_evidence})"
+    versions = " or ".join(pair.libnoe_packages)
+    return f"{LIBNOE_PACKAGE} {versions} ({pair.libnoe_evidence})"
 
 
 def _libnoe_fix(pair: Pair) -> str:
     if pair.umd_deb:
         return f"sudo npuctl provision --umd-deb {pair.umd_deb}   # libnoe {pair.umd}"
     return (
-        f"install {LIBNOE_PACKAGE} {pair.libnoe_package}.x of {pair.libnoe_release}, the "
-        f"libnoe of KMD {pair.kmd} (its Python wheels need Python < 3.13; its C library, "
-        "which npuctl uses, does not)"
+        f"install {LIBNOE_PACKAGE} {' or '.join(pair.libnoe_packages)} of "
+        f"{pair.libnoe_release}, the libnoe of KMD {pair.kmd} (its Python wheels need "
+        "Python < 3.13; its C library, which npuctl uses, does not)"
     )
 
 
@@ -201,18 +207,26 @@ def _libnoe_package_verdict(kmd: str, package: str) -> Verdict:
             f"Known pairs: {_known(pairs)}.",
             None,
         )
-    if own.libnoe_package and own.libnoe_package == series(package):
+    if package in own.libnoe_packages:
         return Verdict(Status.OK, f"Driver {kmd}, libnoe of {LIBNOE_PACKAGE} {package}",
                        f"Known from: {own.libnoe_evidence}.")  # fmt: skip
-    if not own.libnoe_package or not speaks:
+    same_series = any(series(known) == series(package) for known in own.libnoe_packages)
+    if not own.libnoe_packages or not speaks or same_series:
+        known = (
+            f" KMD {own.kmd} is known to work with {_libnoe_of(own)}."
+            if own.libnoe_packages
+            else ""
+        )
         return Verdict(
             Status.WARN,
             f"{named}: a pair npuctl does not know",
-            f"This libnoe speaks {spoken}. "
-            + (f"Not known: {own.unknown}." if own.unknown else ""),
-            _libnoe_fix(speaks[-1]) if speaks else None,
+            f"This libnoe's series is known with {spoken}.{known}"
+            + (f" Not known: {own.unknown}." if own.unknown else ""),
+            _libnoe_fix(own)
+            if own.libnoe_packages
+            else (_libnoe_fix(speaks[-1]) if speaks else None),
         )
-    newer = _key(package) > _key(own.libnoe_package)
+    newer = _key(package) > _key(own.libnoe_packages[-1])
     if newer:
         reason = (
             f"a libnoe of {spoken} on KMD {own.kmd}: the driver does not answer its ioctls, so "
@@ -278,8 +292,8 @@ def _known(pairs: Table) -> str:
     def libnoe(pair: Pair) -> str:
         if pair.umd:
             return f"libnoe {pair.umd}"
-        if pair.libnoe_package:
-            return f"{LIBNOE_PACKAGE} {pair.libnoe_package}"
+        if pair.libnoe_packages:
+            return f"{LIBNOE_PACKAGE} {' or '.join(pair.libnoe_packages)}"
         return "no libnoe known"
 
     return ", ".join(
@@ -296,6 +310,6 @@ def umd_from_package(version: str) -> str:
     for pair in table().pairs:
         if pair.umd and pair.umd_package.split()[-1] == upstream:
             return pair.umd
-    if table().for_libnoe_package(series(upstream)):
+    if table().for_libnoe_package(upstream):
         return f"{LIBNOE_PACKAGE} {upstream}"
     return ""
