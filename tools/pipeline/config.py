@@ -272,8 +272,14 @@ class Config:
 
     @property
     def appstream_id(self) -> str:
-        """The AppStream component id; the metainfo file must be named after it."""
-        return f"{identity.APPSTREAM_PREFIX}.{self.module}"
+        """The AppStream component id; the metainfo file must be named after it. Packages
+        of one module that replace each other describe different drivers: the family's
+        first package keeps the module's name (an id never changes once published), another
+        driver line is named by its package (aipu-compass-dkms: ...aipu_compass)."""
+        if not self.alternative_to:
+            return f"{identity.APPSTREAM_PREFIX}.{self.module}"
+        line = self.name.removesuffix("-dkms").replace("-", "_")
+        return f"{identity.APPSTREAM_PREFIX}.{line}"
 
     @property
     def version(self) -> str:
