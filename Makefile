@@ -1,5 +1,7 @@
 # Entry points of the project. 'make deb' builds the packages, 'make test' runs the tests.
-# Upstream source: UPSTREAM_GIT=<clone path or URL> or UPSTREAM_TARBALL=<file> (see README).
+# Upstream sources, per package: UPSTREAM_GIT_<PACKAGE>=<clone path or URL> or
+# UPSTREAM_TARBALL_<PACKAGE>=<file> (UPSTREAM_GIT_AIPU_COMPASS_DKMS=...); the plain
+# UPSTREAM_GIT / UPSTREAM_TARBALL for every package without its own (docs/drivers.md).
 # PACKAGE=<driver package> (dkms/<name>.yaml) for fetch, patch, quilt-tree and module.
 
 SHELL := /bin/bash

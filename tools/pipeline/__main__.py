@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import fetch
+from . import fetch, sources
 from .config import Config, config_path, load_config, package_names
 from .errors import BuildError, ExitCode
 
@@ -66,12 +65,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fetch(config: Config) -> Path:
-    tarball = os.environ.get("UPSTREAM_TARBALL") or None
+    given_tarball = sources.tarball(config.name)
+    given_git = sources.git_source(config.name)
     return fetch.fetch_upstream(
         config,
-        git_source=os.environ.get("UPSTREAM_GIT") or None,
-        tarball=Path(tarball) if tarball else None,
+        git_source=given_git[1] if given_git else None,
+        tarball=given_tarball[1] if given_tarball else None,
+        source_variable=(given_tarball or given_git or ("UPSTREAM_GIT", ""))[0],
     )
+
+
+def _library_git_source(config: Config) -> str | None:
+    given = sources.git_source(config.name)
+    return given[1] if given else None
 
 
 def _packages(args: argparse.Namespace) -> int:
@@ -102,7 +108,7 @@ def _fetch_command(args: argparse.Namespace) -> int:
     if config.library is not None:  # its own subtree of the same commit
         from .library_package import library_upstream
 
-        print(library_upstream(config, os.environ.get("UPSTREAM_GIT") or None))
+        print(library_upstream(config, _library_git_source(config)))
     return ExitCode.OK
 
 
@@ -190,8 +196,11 @@ def _deb(args: argparse.Namespace) -> int:
     if config.library is not None:
         from .library_package import build_library_package
 
-        git_source = os.environ.get("UPSTREAM_GIT") or None
-        print(build_library_package(config, args.dist, git_source=git_source, lintian=lintian))
+        print(
+            build_library_package(
+                config, args.dist, git_source=_library_git_source(config), lintian=lintian
+            )
+        )
     return ExitCode.OK
 
 
