@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "test-suite", help="print the Debian suite whose arm64 kernels the autopkgtest uses"
     )
+    commands.add_parser(
+        "library-source", help="print the source package of the package's library, if any"
+    )
     version = commands.add_parser("version", help="print the Debian version")
     version.add_argument("--upstream", action="store_true", help="print the DKMS version")
     return parser
@@ -141,6 +144,13 @@ def _repo(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _library_source(args: argparse.Namespace) -> int:
+    library = _described(args).library
+    if library is not None:
+        print(library.source)
+    return ExitCode.OK
+
+
 def _test_suite(args: argparse.Namespace) -> int:
     print(_described(args).kernel_test_suite)
     return ExitCode.OK
@@ -196,11 +206,10 @@ def _deb(args: argparse.Namespace) -> int:
     if config.library is not None:
         from .library_package import build_library_package
 
-        print(
-            build_library_package(
-                config, args.dist, git_source=_library_git_source(config), lintian=lintian
-            )
-        )
+        for artifact in build_library_package(
+            config, args.dist, git_source=_library_git_source(config), lintian=lintian
+        ):
+            print(artifact)
     return ExitCode.OK
 
 
@@ -211,6 +220,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "upstream-path": _upstream_path,
     "repo": _repo,
     "test-suite": _test_suite,
+    "library-source": _library_source,
     "version": _version,
     "patch": _patch,
     "render": _render,
