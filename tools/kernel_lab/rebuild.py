@@ -16,6 +16,9 @@ from pipeline.errors import BuildError, ExitCode
 from .chroot import Suite, create_chroot
 
 TOOLS = ("dpkg-dev", "build-essential", "crossbuild-essential-arm64", "lintian", "fakeroot")
+# What sbuild adds to a cross build's dependencies: the host architecture's C and C++
+# run-time libraries, which dpkg-shlibdeps reads the dependencies from.
+HOST_ESSENTIAL = ("libc6-dev:arm64", "libstdc++6:arm64", "libgcc-s1:arm64")
 
 
 @dataclass
@@ -53,7 +56,7 @@ def rebuild(suite: Suite, dsc: Path, workdir: Path, out: Path) -> Rebuild:
     try:
         with chroot.mounted():
             chroot.refresh_lists()
-            chroot.apt_install(*TOOLS)
+            chroot.apt_install(*TOOLS, *HOST_ESSENTIAL)
             for path in source_set(dsc):
                 chroot.copy_in(path, f"/src/{path.name}")
             quoted = shlex.quote(dsc.name)

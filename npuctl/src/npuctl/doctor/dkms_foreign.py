@@ -1,8 +1,8 @@
 """Registrations of the driver's DKMS module that none of this project's packages made: a
-vendor's own 'dkms add' of a source tree under the same module name (CIX's aipu/6.0.1), or
-another vendor package (CIX's cix-npu-driver-dkms registers aipu/6.2.0). apt cannot replace
-what it did not install, and DKMS builds every registered version, keeping one per kernel:
-the doctor names each such registration, which build modprobe loads, and how to remove it."""
+vendor's own 'dkms add' of a source tree under the same module name, or another vendor's
+package whose postinst registers one. apt cannot replace what it did not install, and DKMS
+builds every registered version, keeping one per kernel: the doctor names each such
+registration, which build modprobe loads, and how to remove it."""
 
 from __future__ import annotations
 
