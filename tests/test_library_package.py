@@ -136,3 +136,19 @@ def test_the_copyright_names_every_licence_of_the_orig_tarball(built):
     assert stanzas["kmd/*"] == "GPL-2"
     assert stanzas["umd/3rdparty/elfio/*"] == "Expat"
     assert "does *not* cover user programs that use kernel services" in copyright_text
+
+
+def test_the_rebuild_takes_the_source_package_the_dsc_names(built, tmp_path):
+    """make rebuild-library copies exactly the .dsc's files into its clean chroot."""
+    from kernel_lab.rebuild import source_set
+
+    files = source_set(built["dsc"])
+    assert [path.name for path in files] == [
+        built["dsc"].name,
+        built["dsc"].name.replace("-1.dsc", ".orig.tar.xz"),
+        built["dsc"].name.replace(".dsc", ".debian.tar.xz"),
+    ]
+    lonely = tmp_path / built["dsc"].name
+    shutil.copyfile(built["dsc"], lonely)
+    with pytest.raises(BuildError, match="not a complete source package"):
+        source_set(lonely)
