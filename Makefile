@@ -1,5 +1,7 @@
 # Entry points of the project. 'make deb' builds the packages, 'make test' runs the tests.
-# Upstream source: UPSTREAM_GIT=<clone path or URL> or UPSTREAM_TARBALL=<file> (see README).
+# Upstream sources, per package: UPSTREAM_GIT_<PACKAGE>=<clone path or URL> or
+# UPSTREAM_TARBALL_<PACKAGE>=<file> (UPSTREAM_GIT_AIPU_COMPASS_DKMS=...); the plain
+# UPSTREAM_GIT / UPSTREAM_TARBALL for every package without its own (docs/drivers.md).
 # PACKAGE=<driver package> (dkms/<name>.yaml) for fetch, patch, quilt-tree and module.
 
 SHELL := /bin/bash
@@ -21,7 +23,7 @@ PACKAGE ?= $(firstword $(sort $(basename $(notdir $(wildcard dkms/*.yaml)))))
 
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
-.PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
+.PHONY: deps fetch patch quilt-tree deb drivers-data repo rebuild-library lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
 	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
 
 # arm64 emulation is switched on again each time (a reboot or a new container loses it).
@@ -68,6 +70,17 @@ LINT_SUITE ?= trixie
 lint-debian: deb
 	$(PY) -m kernel_lab lint --suite $(LINT_SUITE) --workdir $(BUILD)/lint $(DIST)/*.changes \
 		$(wildcard $(DIST)/*_arm64.deb)
+
+## rebuild-library: each library's source package rebuilt from its .dsc as Debian's builders
+## would: dpkg-source -x, its build dependencies for arm64, dpkg-buildpackage -a arm64 in a
+## clean chroot of LINT_SUITE, then that suite's lintian (and --pedantic, for review) (root)
+rebuild-library: deb
+	for package in $$($(BUILD_TOOL) packages); do \
+		source=$$($(BUILD_TOOL) --package $$package library-source); \
+		[ -z "$$source" ] || $(PY) -m kernel_lab rebuild --suite $(LINT_SUITE) \
+			--workdir $(BUILD)/rebuild --out $(BUILD)/rebuilt $$(ls $(DIST)/$${source}_*.dsc) \
+			|| exit 1; \
+	done
 
 ## repo: the signed apt repository in dist/repo from what 'make deb' built (REPO_KEY=secret
 ## key file or REPO_GNUPGHOME=folder; without either a throwaway key, said loudly)

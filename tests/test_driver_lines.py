@@ -1,10 +1,12 @@
 """The Zhouyi driver lines mapped with evidence (docs/driver-lines.md): each line's ioctl numbers
-computed by the arm64 compiler from its own UAPI header (testkit/zhouyi_lines.yaml), and the
-real libnoe of the pinned cix-noe-umd .deb run under qemu-aarch64 against a fake KMD of each
-line the project packages."""
+and every field of the structures they carry, computed by the arm64 compiler from its own UAPI
+header (testkit/zhouyi_lines.yaml); the doctor's pair table and the page's statements checked
+against them; and the real libnoe of the pinned cix-noe-umd .deb run under qemu-aarch64 against
+a fake KMD of each line the project packages."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 from pathlib import Path
@@ -23,6 +25,10 @@ PAIRS = REPO / "npuctl/src/npuctl/platforms/zhouyi/driver_pairs.yaml"
 LINES = zhouyi_uapi.lines()
 PACKAGED = {line.package: line for line in LINES if line.package}
 BEGIN, END = "<!-- BEGIN ioctl table: tests/test_driver_lines.py -->", "<!-- END ioctl table -->"
+LAYOUT_BEGIN = "<!-- BEGIN layout table: tests/test_driver_lines.py -->"
+LAYOUT_END = "<!-- END layout table -->"
+LIST_BEGIN = "<!-- BEGIN same-number list: tests/test_driver_lines.py -->"
+LIST_END = "<!-- END same-number list -->"
 
 
 def _needs_tools() -> None:
@@ -49,6 +55,17 @@ def ioctls() -> dict[str, list[zhouyi_uapi.Ioctl]]:
 
 
 @pytest.fixture(scope="module")
+def layouts() -> dict[str, list[zhouyi_uapi.Layout]]:
+    _needs_tools()
+    return {line.title: zhouyi_uapi.layouts(_header(line)) for line in LINES}
+
+
+def _documented(begin: str, end: str) -> str:
+    text = MAP.read_text(encoding="utf-8")
+    return text[text.index(begin) + len(begin) : text.index(end)].strip()
+
+
+@pytest.fixture(scope="module")
 def libnoe(tmp_path_factory) -> Path:
     _needs_tools()
     deb = zhouyi_uapi.umd_deb().cached()
@@ -58,12 +75,110 @@ def libnoe(tmp_path_factory) -> Path:
 
 
 def test_the_maps_table_is_the_one_both_headers_give(ioctls):
-    text = MAP.read_text(encoding="utf-8")
-    documented = text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
-    assert documented == zhouyi_uapi.table(ioctls).strip(), (
+    assert _documented(BEGIN, END) == zhouyi_uapi.table(ioctls).strip(), (
         "docs/driver-lines.md's ioctl table is not what the headers give: replace it with "
         "testkit.zhouyi_uapi.table()"
     )
+
+
+def test_the_maps_layout_table_is_the_one_the_headers_give(layouts, ioctls):
+    assert _documented(LAYOUT_BEGIN, LAYOUT_END) == (
+        zhouyi_uapi.layout_table(layouts, ioctls).strip()
+    ), (
+        "docs/driver-lines.md's layout table is not what the headers give: replace it with "
+        "testkit.zhouyi_uapi.layout_table()"
+    )
+    assert _documented(LIST_BEGIN, LIST_END) == (
+        zhouyi_uapi.same_number_list(layouts, ioctls).strip()
+    ), "docs/driver-lines.md's same-number list is not testkit.zhouyi_uapi.same_number_list()"
+
+
+def test_the_layouts_are_read_field_by_field(layouts):
+    # The two changes of KMD 6.1 that keep their numbers, as the compiler lays them out.
+    compass_4_1, compass_4_2 = (
+        {layout.short: layout for layout in layouts[title]} for title in list(layouts)[2:]
+    )
+    job_6_0, job_6_1 = (
+        {field.path: field.offset for field in found["SCHEDULE_JOB"].fields}
+        for found in (compass_4_1, compass_4_2)
+    )
+    assert (job_6_0["job_id"], job_6_1["job_id"]) == (48, 96)
+    assert (job_6_0["head_tcb_pa"], job_6_1["head_tcb_pa"]) == (96, 104)
+    assert "group_id" in job_6_1 and "group_id" not in job_6_0
+    assert compass_4_1["SCHEDULE_JOB"].size == compass_4_2["SCHEDULE_JOB"].size == 144
+    buffers = [
+        {field.path for field in found["FREE_BUF"].fields} for found in (compass_4_1, compass_4_2)
+    ]
+    assert buffers[1] - buffers[0] == {"mode"}
+    # Nested structures are read too: a partition's clusters inside struct aipu_cap.
+    cap = {field.path for field in compass_4_2["QUERY_CAP"].fields}
+    assert "partition_cap.clusters[0].core_cnt" in cap
+
+
+def _pair_rows() -> dict[str, dict]:
+    return {pair["kmd"]: pair for pair in yaml.safe_load(PAIRS.read_text())["pairs"]}
+
+
+def _adjacent(layouts, ioctls):
+    titles = list(layouts)
+    for before, after in itertools.pairwise(titles):
+        changed = zhouyi_uapi.incompatible_at_the_same_number(
+            layouts[before], layouts[after], ioctls[before], ioctls[after]
+        )
+        yield before, after, changed
+
+
+def test_the_pair_table_keeps_apart_lines_whose_layouts_differ_at_one_number(layouts, ioctls):
+    from npuctl.doctor.findings import Status
+    from npuctl.platforms.zhouyi.driver_pairs import series, verdict
+
+    rows = _pair_rows()
+    checked = 0
+    for before, after, changed in _adjacent(layouts, ioctls):
+        old, new = (series(zhouyi_uapi.kmd_version(title)) for title in (before, after))
+        if not changed or old == new:
+            continue
+        row = rows[new]
+        for short in changed:
+            assert short in row["libaipudrv_changed"], (
+                f"driver_pairs.yaml's KMD {new} row does not name {short}, whose layout "
+                f"changed at the same number against KMD {old}"
+            )
+        # A user space of either series on the other's KMD: never a working pair.
+        for kmd, library in ((f"{new}.0", old), (f"{old}.0", new)):
+            judged = verdict(kmd, f"{library}.0", "libaipudrv")
+            assert judged.status == Status.FAIL, (kmd, library, judged)
+            assert "SCHEDULE_JOB" in judged.summary or "aipu_job_desc" in judged.summary
+        checked += 1
+    assert checked, "no two lines differ at one number: the 6.0 → 6.1 change is gone"
+
+
+_MOVED = re.compile(r"`?(\w+)`? from (?:offset )?(\d+)(?![.\d]) to (\d+)(?![.\d])")
+
+
+def test_the_offsets_the_prose_states_are_the_headers(layouts):
+    """Every 'field from offset A to B' the page or the pair table states is a move some
+    line makes against the line before it."""
+    titles = list(layouts)
+    moves = set()
+    for before, after in itertools.pairwise(titles):
+        old = {(layout.ioctl, field.path): field.offset for layout in layouts[before]
+               for field in layout.fields}  # fmt: skip
+        for layout in layouts[after]:
+            for field in layout.fields:
+                was = old.get((layout.ioctl, field.path))
+                if was is not None and was != field.offset:
+                    moves.add((field.path, was, field.offset))
+    stated = [
+        (match[1], int(match[2]), int(match[3]))
+        for text in (MAP.read_text(encoding="utf-8"), PAIRS.read_text(encoding="utf-8"))
+        for match in _MOVED.finditer(" ".join(text.split()))
+    ]
+    assert stated, "the page states no field's move: the 6.0 → 6.1 evidence is gone"
+    for move in stated:
+        assert move in moves, (
+            f"'{move[0]} from {move[1]} to {move[2]}' is not what the headers give"
+        )
 
 
 def _numbers(found: list[zhouyi_uapi.Ioctl], below: int = 24) -> dict[int, int]:
@@ -109,12 +224,12 @@ def test_libnoe_fails_at_its_first_call_on_the_compass_line(libnoe, tmp_path):
 
 
 def test_the_doctors_pair_table_says_what_the_map_shows():
-    pairs = {pair["kmd"]: pair for pair in yaml.safe_load(PAIRS.read_text())["pairs"]}
+    pairs = _pair_rows()
     for package in PACKAGED:
         series = ".".join(load_package(package).upstream_version.split(".")[:2])
         assert series in pairs, f"driver_pairs.yaml has no row for {package}'s KMD {series}"
     compass = pairs[".".join(load_package("aipu-compass-dkms").upstream_version.split(".")[:2])]
-    assert compass["umd"] is None  # no libnoe speaks it: the test above
+    assert compass.get("umd") is None  # no libnoe speaks it: the test above
     assert re.search(r"\b200 bytes\b.*\b424\b", " ".join(compass["changed"].split()))
 
 

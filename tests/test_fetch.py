@@ -198,3 +198,48 @@ def test_exit_codes_of_the_build_tool_and_of_make(tmp_path):
     )
     assert through_make.returncode == 2
     assert "pipeline: error: " in through_make.stderr
+
+
+def test_each_package_takes_its_own_upstream_variable(monkeypatch):
+    """Three packages, three upstreams: UPSTREAM_GIT_<PACKAGE> names one package's copy, and
+    the plain UPSTREAM_GIT serves only the packages that name none of their own."""
+    from pipeline import sources
+
+    monkeypatch.setenv("UPSTREAM_GIT", "/clones/generic")
+    monkeypatch.setenv("UPSTREAM_GIT_AIPU_COMPASS_DKMS", "/clones/compass")
+    monkeypatch.setenv("UPSTREAM_TARBALL_ROCKET_DKMS", "/tarballs/linux.tar.xz")
+    assert sources.git_source("aipu-compass-dkms") == (
+        "UPSTREAM_GIT_AIPU_COMPASS_DKMS",
+        "/clones/compass",
+    )
+    assert sources.git_source("aipu-dkms") == ("UPSTREAM_GIT", "/clones/generic")
+    assert sources.tarball("rocket-dkms") == (
+        "UPSTREAM_TARBALL_ROCKET_DKMS",
+        Path("/tarballs/linux.tar.xz"),
+    )
+    assert sources.tarball("aipu-dkms") is None
+    # The driver-line tests' pinned files: through the package whose upstream they come from.
+    compass = "https://github.com/Arm-China/Compass_NPU_Driver.git"
+    assert sources.git_source_for_repository(compass) == "/clones/compass"
+    assert sources.git_source_for_repository("https://example.org/other.git") == "/clones/generic"
+
+
+def test_a_packages_own_variable_is_the_one_an_error_names(tmp_path, private_cache):
+    result = run(
+        sys.executable,
+        "-m",
+        "pipeline",
+        "--package",
+        "aipu-compass-dkms",
+        "fetch",
+        env={
+            **os.environ,
+            "UPSTREAM_GIT": str(tmp_path / "generic"),
+            "UPSTREAM_GIT_AIPU_COMPASS_DKMS": str(tmp_path / "missing"),
+            "AIPU_CACHE": str(private_cache),
+        },
+    )
+    assert result.returncode == ExitCode.UPSTREAM
+    assert result.stderr.startswith(
+        f"pipeline: error: UPSTREAM_GIT_AIPU_COMPASS_DKMS={tmp_path / 'missing'} does not exist"
+    ), result.stderr

@@ -233,3 +233,16 @@ def test_the_runtime_pm_rule_keeps_the_bound_npu_powered(config):
         'ACTION=="bind", SUBSYSTEM=="platform", DRIVER=="armchina", ATTR{power/control}="on"'
     ]
     assert rule_file.installed_path == "/usr/lib/udev/rules.d/61-aipu-dkms-runtime-pm.rules"
+
+
+def test_every_package_has_its_own_appstream_id():
+    """Two packages of one module (aipu-dkms, aipu-compass-dkms) install their metainfo side
+    by side in a repository's catalogue: one id each, as software centres key on it."""
+    from pipeline.config import package_names
+
+    ids = {name: load_package(name).appstream_id for name in package_names()}
+    assert len(set(ids.values())) == len(ids), ids
+    assert ids["aipu-dkms"] == "io.github.aipu_dkms.aipu"  # published: never renamed
+    assert ids["aipu-compass-dkms"] == "io.github.aipu_dkms.aipu_compass"
+    for value in ids.values():
+        assert re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+", value), value

@@ -28,6 +28,9 @@
  * Built with -DDOUBLE_LIBAIPUDRV it is a double of Arm China's libaipudrv 6.1.0 instead: the
  * same functions named aipu_*, aipu_finish_job for noe_job_infer_sync, configurations that may
  * be NULL (their defaults), an ioctl without a device argument whose GET_VERSION command is 273.
+ * With -DDOUBLE_LIBAIPUDRV_6_0 as well it is libaipudrv 6.0.0, whose command enum lacks
+ * AIPU_IOCTL_IS_DS: GET_VERSION is 272, and 273 is ABORT_CMDPOOL (it aborts the command pool).
+ * Every ioctl command is traced as ioctl:<number>.
  */
 #include <time.h>
 #include <signal.h>
@@ -671,23 +674,38 @@ noe_status_t noe_get_target(const context_handler_t *ctx, char *buf)
 noe_status_t noe_ioctl(context_handler_t *ctx, uint32_t cmd, void *arg)
 {
 	uint32_t dev = 1;
+#ifdef DOUBLE_LIBAIPUDRV_6_0
+	const uint32_t get_version = 272;
+	const uint32_t abort_cmdpool = 273;
+	const char *own = "6.0.0";
+#else
 	const uint32_t get_version = 273;
+	const uint32_t abort_cmdpool = 274;
+	const char *own = "6.1.0";
+#endif
 #else
 noe_status_t noe_ioctl(context_handler_t *ctx, uint32_t dev, uint32_t cmd, void *arg)
 {
 	const uint32_t get_version = 270;
+	const uint32_t abort_cmdpool = 0xffffffff;
+	const char *own = "0.6.0";
 #endif
 	noe_driver_version_t *v = arg;
 	const char *kmd = getenv("NOE_DOUBLE_KMD");
 
+	trace("ioctl:%u", cmd);
 	if (!valid_ctx(ctx))
 		return 2;
+	if (dev == 1 && cmd == abort_cmdpool) {
+		trace("abort_cmdpool");
+		return 0;
+	}
 	if (dev != 1 || cmd != get_version)
 		return 0x13;
 	const char *umd = getenv("NOE_DOUBLE_UMD");
 
 	if (!umd)
-		umd = "0.6.0";
+		umd = own;
 	memcpy(v->umd_version, umd, strlen(umd) < 16 ? strlen(umd) : 16);
 	if (!kmd)
 		kmd = "5.11.0";

@@ -24,7 +24,11 @@ class BoardImage:
         self.write("sys/bus/acpi/devices/CIXH4000:00/status", "15")
         (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
         self.write(f"lib/modules/{RELEASE}/updates/dkms/aipu.ko", "module")
-        self.write(f"usr/src/aipu-{VERSION}/dkms.conf", 'PACKAGE_NAME="aipu"\nAUTOINSTALL="yes"\n')
+        self.write(
+            f"usr/src/aipu-{VERSION}/dkms.conf",
+            "# dkms.conf for aipu, generated from dkms/aipu-dkms.yaml by tools/pipeline;\n"
+            'PACKAGE_NAME="aipu"\nAUTOINSTALL="yes"\n',
+        )
         (root / "sys/module/aipu").mkdir(parents=True)
         (root / "sys/bus/platform/drivers/armchina/CIXH4000:00").mkdir(parents=True)
         self.write("sys/bus/platform/devices/CIXH4000:00/power/control", "on")

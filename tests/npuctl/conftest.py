@@ -64,13 +64,27 @@ def libnoe_double(tmp_path_factory) -> Path:
     return shared_library(DOUBLE_SOURCE, tmp_path_factory.mktemp("double") / "libnoe.so")
 
 
+def _libaipudrv(directory: Path, version: str, defines: tuple[str, ...]) -> Path:
+    """The double as a libaipudrv of ``version``, installed as libaipudrv6 installs it."""
+    shared_library(DOUBLE_SOURCE, directory / f"libaipudrv.so.{version}", defines=defines)
+    (directory / "libaipudrv.so.6").symlink_to(f"libaipudrv.so.{version}")
+    return directory / "libaipudrv.so.6"
+
+
 @pytest.fixture(scope="session")
 def libaipudrv_double(tmp_path_factory) -> Path:
-    """The double as Arm China's libaipudrv 6.1.0, installed as libaipudrv6 installs it."""
-    directory = tmp_path_factory.mktemp("libaipudrv")
-    shared_library(DOUBLE_SOURCE, directory / "libaipudrv.so.6.1.0", defines=("DOUBLE_LIBAIPUDRV",))
-    (directory / "libaipudrv.so.6").symlink_to("libaipudrv.so.6.1.0")
-    return directory / "libaipudrv.so.6"
+    """The double as Arm China's libaipudrv 6.1.0."""
+    return _libaipudrv(tmp_path_factory.mktemp("libaipudrv"), "6.1.0", ("DOUBLE_LIBAIPUDRV",))
+
+
+@pytest.fixture(scope="session")
+def libaipudrv_6_0_double(tmp_path_factory) -> Path:
+    """The double as libaipudrv 6.0.0 (Compass 4.1.0): GET_VERSION 272, 273 ABORT_CMDPOOL."""
+    return _libaipudrv(
+        tmp_path_factory.mktemp("libaipudrv-6.0"),
+        "6.0.0",
+        ("DOUBLE_LIBAIPUDRV", "DOUBLE_LIBAIPUDRV_6_0"),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,9 @@ class RocketBoard(BoardImage):
         (root / f"lib/modules/{RELEASE}/build").mkdir(parents=True)
         self.write(f"lib/modules/{RELEASE}/updates/dkms/rocket.ko.xz", "module")
         self.write(
-            f"usr/src/rocket-{VERSION}/dkms.conf", 'PACKAGE_NAME="rocket"\nAUTOINSTALL="yes"\n'
+            f"usr/src/rocket-{VERSION}/dkms.conf",
+            "# dkms.conf for rocket, generated from dkms/rocket-dkms.yaml by tools/pipeline;\n"
+            'PACKAGE_NAME="rocket"\nAUTOINSTALL="yes"\n',
         )
         (root / "sys/module/rocket").mkdir(parents=True)
         for address in CORES:

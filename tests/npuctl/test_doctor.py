@@ -2,6 +2,7 @@
 commands) and the libnoe test double; each scenario breaks one thing."""
 
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -540,6 +541,70 @@ def test_the_doctor_names_libaipudrv_and_judges_it_with_arm_chinas_line(
     assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
 
 
+def _ioctls(board) -> list[int]:
+    return [int(call.split(":")[1]) for call in board.calls() if call.startswith("ioctl:")]
+
+
+@pytest.mark.parametrize(
+    ("version", "get_version", "other"), [("6.0.0", 272, 273), ("6.1.0", 273, 272)]
+)
+def test_the_version_command_is_the_one_of_the_librarys_own_version(
+    board, image, aipu_shim, tmp_path, request, version, get_version, other
+):
+    """libaipudrv 6.1.0 inserted a command before GET_VERSION: 273 is GET_VERSION in 6.1.0 and
+    ABORT_CMDPOOL in 6.0.0. npuctl learns the version first, and sends each its own."""
+    fixture = "libaipudrv_6_0_double" if version == "6.0.0" else "libaipudrv_double"
+    library = request.getfixturevalue(fixture)
+    code, checks, facts = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, version, version, library=library
+    )
+    assert facts["umd"]["version"] == version
+    assert checks["versions"]["summary"] == f"Driver {version}, libaipudrv {version}"
+    assert facts["versions"]["umd"] == version  # the library's own answer to GET_VERSION
+    assert code == 0, [c["summary"] for c in checks.values() if c["status"] != "ok"]
+    assert _ioctls(board) == [get_version]
+    assert other not in _ioctls(board) and "abort_cmdpool" not in board.calls()
+
+
+@pytest.mark.parametrize(("kmd", "umd"), [("6.1.0", "6.0.0"), ("6.0.0", "6.1.0")])
+def test_libaipudrv_6_0_and_kmd_6_1_fail_as_a_pair_though_they_share_every_number(
+    board, image, aipu_shim, tmp_path, request, kmd, umd
+):
+    fixture = "libaipudrv_6_0_double" if umd == "6.0.0" else "libaipudrv_double"
+    library = request.getfixturevalue(fixture)
+    code, checks, _ = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, kmd, umd, library=library
+    )
+    assert code == 11
+    assert checks["versions"]["status"] == "failure"
+    assert "struct aipu_job_desc is reordered at the same 144 bytes" in " ".join(
+        checks["versions"]["summary"].split()
+    )
+    assert checks["versions"]["fix"].startswith("sudo apt install aipu-compass-dkms libaipudrv6")
+    assert not _ioctls(board) and "create_job" not in board.calls()
+
+
+def test_a_libaipudrv_of_unknown_version_gets_no_command(
+    board, image, aipu_shim, tmp_path, libaipudrv_double
+):
+    """Built by upstream's own Makefile, the library is libaipudrv.so, with no version."""
+    unnamed = tmp_path / "upstream-build" / "libaipudrv.so"
+    unnamed.parent.mkdir()
+    shutil.copyfile(os.path.realpath(libaipudrv_double), unnamed)
+    code, checks, facts = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, "6.1.0", "", library=unnamed
+    )
+    assert facts["umd"] == {"library": "libaipudrv", "path": str(unnamed), "version": ""}
+    versions = checks["versions"]
+    assert versions["status"] == "warning"
+    assert "libaipudrv of unknown version" in versions["summary"]
+    assert "libaipudrv 6.0, 6.1 only" in versions["detail"]
+    assert versions["fix"].startswith("sudo apt install libaipudrv6")
+    assert not _ioctls(board)  # opened, asked its topology, never sent a command number
+    assert "init" in board.calls()
+    assert code == 10, [c["summary"] for c in checks.values() if c["status"] == "failure"]
+
+
 def test_libaipudrv_on_cixs_line_fails_before_any_job_with_the_other_package_as_fix(
     board, image, aipu_shim, tmp_path, libaipudrv_double
 ):
@@ -566,3 +631,123 @@ def test_with_libaipudrv_the_doctor_says_the_cix_models_need_libnoe(
     assert "Compass NN compiler" in models["detail"] and "X2_1204" in models["detail"]
     assert models["fix"].startswith("sudo apt install aipu-dkms")
     assert "load_graph" not in " ".join(board.calls())  # no .cix was handed to libaipudrv
+
+
+# -- CIX's own registrations of aipu, and its 26Q2 line ---------------------------------------
+
+FOREIGN_CONF = 'PACKAGE_NAME="aipu"\nPACKAGE_VERSION="{version}"\nAUTOINSTALL="yes"\n'
+
+
+def dpkg_knows(image, *, owner: str = "", libnoe: str = "") -> None:
+    """dpkg-query: the package owning /usr/src/aipu-* (-S), cix-noe-umd's version (-W)."""
+    image.data("dpkg-owner", owner)
+    image.data("libnoe-package", libnoe)
+    image.command(
+        "dpkg-query",
+        'case "$1" in\n'
+        '  -S) [ -s "$NPUCTL_ROOT/fixture/dpkg-owner" ] || exit 1;'
+        ' printf "%s: %s\\n" "$(cat "$NPUCTL_ROOT/fixture/dpkg-owner")" "$2";;\n'
+        '  -W) case "$*" in *cix-noe-umd*) [ -s "$NPUCTL_ROOT/fixture/libnoe-package" ] || exit 1;'
+        ' printf "%s" "$(cat "$NPUCTL_ROOT/fixture/libnoe-package")";; *) exit 1;; esac;;\n'
+        "  *) exit 1;;\n"
+        "esac",
+    )
+
+
+def test_a_foreign_aipu_that_modprobe_loads_is_named_with_the_commands_that_remove_it(board, image):
+    """CIX's own 'dkms add' of its 6.2.0 tree: DKMS installed it for the running kernel, so
+    modprobe loads it, not the package's build."""
+    image.write("usr/src/aipu-6.2.0/dkms.conf", FOREIGN_CONF.format(version="6.2.0"))
+    image.dkms_status(
+        f"aipu/6.2.0, {RELEASE}, aarch64: installed\naipu/{VERSION}, {RELEASE}, aarch64: built"
+    )
+    dpkg_knows(image)
+    code, checks = doctor(board, image, "--quick")
+    foreign = checks["dkms.foreign"]
+    assert code == 11 and foreign["status"] == "failure"
+    assert foreign["summary"] == (
+        f"DKMS: modprobe loads aipu/6.2.0 on {RELEASE}, a registration none of "
+        "aipu-compass-dkms or aipu-dkms made"
+    )
+    assert "aipu/6.2.0 (added by hand: dkms add)" in foreign["detail"]
+    assert foreign["fix"].startswith(
+        "sudo dkms remove aipu/6.2.0 --all && sudo rm -rf /usr/src/aipu-6.2.0 && "
+        f"sudo dkms install aipu/{VERSION} -k {RELEASE} --force && sudo depmod -a"
+    )
+    # The package's own registration is the one the DKMS check speaks of.
+    assert (
+        checks["dkms.installed"]["summary"]
+        == f"DKMS: aipu/{VERSION} is built for the running kernel {RELEASE}"
+    )
+
+
+def test_a_foreign_aipu_beside_the_packages_is_a_warning_naming_its_package(board, image):
+    image.write("usr/src/aipu-6.2.0/dkms.conf", FOREIGN_CONF.format(version="6.2.0"))
+    image.dkms_status(
+        f"aipu/{VERSION}, {RELEASE}, aarch64: installed\naipu/6.2.0, {RELEASE}, aarch64: built"
+    )
+    dpkg_knows(image, owner="cix-npu-driver-dkms")
+    code, checks = doctor(board, image, "--quick")
+    foreign = checks["dkms.foreign"]
+    assert foreign["status"] == "warning"
+    assert foreign["summary"] == (
+        f"DKMS: aipu/6.2.0 (package cix-npu-driver-dkms) registered beside aipu-dkms's "
+        f"aipu/{VERSION}"
+    )
+    assert f"modprobe loads aipu/{VERSION} on {RELEASE}" in foreign["detail"]
+    assert foreign["fix"].startswith("sudo apt purge cix-npu-driver-dkms && ")
+    assert checks["dkms.installed"]["status"] == "ok"
+    assert code == 10
+
+
+def test_libnoe_2_on_cixs_6_2_driver_is_a_version_mismatch_not_a_dead_npu(
+    board, image, aipu_shim, tmp_path
+):
+    code, checks, _ = doctor_with_driver(board, image, aipu_shim, tmp_path, "6.2.0", "0.6.0")
+    versions = checks["versions"]
+    assert code == 11 and versions["status"] == "failure"
+    summary = " ".join(versions["summary"].split())
+    assert summary.startswith("Driver 6.2.0 with libnoe 0.6.0: libnoe 2.x (UMD 0.6) cannot query")
+    assert "query capability [fail]" in summary and "version mismatch" in summary
+    assert "cix-npu-driver-dkms" in versions["detail"]
+    assert versions["fix"].startswith("sudo apt install aipu-dkms")
+    assert "cix-noe-umd 3.1.3 of CIX's SDK 26Q2" in versions["fix"]
+    assert not [call for call in board.calls() if call.startswith("noe_")]
+
+
+@pytest.mark.parametrize(
+    ("kmd", "status", "summary"),
+    [
+        (
+            "5.11.0",
+            "failure",
+            "Driver 5.11.0 with libnoe of cix-noe-umd 3.1.3: a libnoe of KMD 6.0 and KMD 6.2 on "
+            "KMD 5.11: the driver does not answer its ioctls",
+        ),
+        ("6.2.0", "ok", "Driver 6.2.0, libnoe of cix-noe-umd 3.1.3"),
+        (
+            "6.1.0",
+            "warning",
+            "Driver 6.1.0 with libnoe of cix-noe-umd 3.1.3: a pair npuctl does not know",
+        ),
+    ],
+)
+def test_cixs_26q2_libnoe_is_judged_by_its_package(
+    board, image, aipu_shim, tmp_path, kmd, status, summary
+):
+    dpkg_knows(image, libnoe="3.1.3-1")
+    _, checks, facts = doctor_with_driver(
+        board, image, aipu_shim, tmp_path, kmd, "", library=board.library
+    )
+    assert facts["umd"]["version"] == "cix-noe-umd 3.1.3"
+    versions = checks["versions"]
+    assert versions["status"] == status
+    assert " ".join(versions["summary"].split()).startswith(summary)
+    if status == "failure":
+        assert "version mismatch" in versions["summary"]
+        assert versions["fix"].startswith(
+            "sudo npuctl provision --umd-deb cix-noe-umd_2.0.2_arm64.deb"
+        )
+        assert "cix-npu-driver-dkms" in versions["fix"]
+    if status == "warning":
+        assert "no libnoe is known to speak KMD 6.1" in versions["detail"]

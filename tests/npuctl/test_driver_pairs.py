@@ -77,3 +77,44 @@ def test_reading_a_node_that_is_not_the_driver_is_an_error_not_a_crash(tmp_path,
         kmd.read_kmd_version("/dev/null")
     assert kmd.main([str(tmp_path / "missing")]) == 0
     assert "No such file or directory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("kmd_version", "umd", "library", "status", "summary_part"),
+    [
+        # CIX's 26Q2 line: KMD 6.2.0 with libnoe 3.1.3, known by its package only.
+        ("6.2.0", "cix-noe-umd 3.1.3", "libnoe", Status.OK, "Driver 6.2.0, libnoe of"),
+        ("6.2.0", "0.6.0", "libnoe", Status.FAIL, "query capability [fail]"),
+        ("6.2.0", "cix-noe-umd 2.0.0", "libnoe", Status.FAIL, "query capability [fail]"),
+        ("5.11.0", "cix-noe-umd 3.1.3", "libnoe", Status.FAIL, "version mismatch"),
+        ("6.0.1", "cix-noe-umd 3.1.2", "libnoe", Status.OK, "Driver 6.0.1, libnoe of"),
+        # Not shown anywhere: said so, not passed.
+        ("6.0.1", "cix-noe-umd 3.1.3", "libnoe", Status.WARN, "a pair npuctl does not know"),
+        ("6.1.0", "cix-noe-umd 3.1.3", "libnoe", Status.WARN, "a pair npuctl does not know"),
+        ("6.2.0", "6.1.0", "libaipudrv", Status.WARN, "a pair npuctl does not know"),
+        # Arm China's 6.0 and 6.1 share every number but not SCHEDULE_JOB's layout.
+        ("6.0.0", "6.1.0", "libaipudrv", Status.FAIL, "struct aipu_job_desc is reordered"),
+        ("6.1.0", "6.0.0", "libaipudrv", Status.FAIL, "struct aipu_job_desc is reordered"),
+        ("6.0.0", "6.0.0", "libaipudrv", Status.OK, "Driver 6.0.0, libaipudrv 6.0.0"),
+        ("5.11.0", "6.1.0", "libaipudrv", Status.FAIL, "gets ENOTTY"),
+    ],
+)
+def test_the_6_x_verdicts(kmd_version, umd, library, status, summary_part):
+    judged = verdict(kmd_version, umd, library)
+    assert judged.status == status, judged
+    assert summary_part in " ".join(judged.summary.split())
+    assert (judged.fix is None) == (status == Status.OK) or status == Status.WARN
+
+
+def test_what_is_not_known_is_said():
+    assert "6.2.0's source is not reachable" in verdict("6.2.0", "0.6.0").detail
+    assert (
+        "3.1.2" in verdict("6.2.0", "0.6.0").detail
+        or "not known" in verdict("6.2.0", "0.6.0").detail.lower()
+    )
+    assert "Not known" in verdict("6.1.0", "cix-noe-umd 3.1.3").detail
+
+
+def test_a_libnoe_package_names_its_series():
+    assert umd_from_package("3.1.3-1") == "cix-noe-umd 3.1.3"
+    assert umd_from_package("2.0.0") == "cix-noe-umd 2.0.0"

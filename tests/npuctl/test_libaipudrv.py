@@ -49,3 +49,20 @@ def test_the_library_npuctl_uses_is_the_one_installed(tmp_path, monkeypatch):
     install(DEFAULT_LIBRARY)
     assert installed_library() == tmp_path / DEFAULT_LIBRARY.lstrip("/")  # both: libnoe
     shutil.rmtree(tmp_path / "usr")
+
+
+def test_the_library_version_is_learned_before_any_command(tmp_path, libaipudrv_double):
+    from npuctl.errors import NpuError
+    from npuctl.platforms.zhouyi.noe.binding import NoeLibrary
+
+    assert NoeLibrary(libaipudrv_double).command("GET_VERSION") == 273
+    unnamed = tmp_path / "libaipudrv.so"
+    shutil.copyfile(libaipudrv_double.resolve(), unnamed)
+    library = NoeLibrary(unnamed)
+    assert library.version == ""
+    try:
+        library.command("GET_VERSION")
+    except NpuError as refused:
+        assert "libaipudrv 6.0, 6.1 only" in str(refused)
+    else:
+        raise AssertionError("a libaipudrv of unknown version was given a command number")

@@ -2,7 +2,9 @@
 python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli (a .deb built
 without an upload of its own, as the arm64 library packages, is given as itself).
 python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real.
-python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers."""
+python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers.
+python -m kernel_lab rebuild [--suite S] --workdir DIR --out DIR DSC: dpkg-source -x and a
+cross dpkg-buildpackage -a arm64 of a source package in a clean chroot, then lintian."""
 
 from __future__ import annotations
 
@@ -58,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         "--previous", type=Path, action="append", default=[], help="a version N deb (repeat)"
     )
     piu.add_argument("debs", type=Path, nargs="+")
+    again = commands.add_parser("rebuild", help="rebuild a source package in a clean chroot")
+    again.add_argument("--suite", default="trixie", choices=sorted(SUITES))
+    again.add_argument("--workdir", type=Path, required=True)
+    again.add_argument("--out", type=Path, required=True, help="where the built .debs go")
+    again.add_argument("dsc", type=Path)
     return parser
 
 
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         "lint": lint_command,
         "autopkgtest": autopkgtest_command,
         "matrix": matrix_command,
+        "rebuild": rebuild_command,
     }[args.command]
     return command(args)
 
@@ -184,6 +192,30 @@ def lint_command(args: argparse.Namespace) -> int:
             if line.strip() and not line.startswith("N:"):
                 print(f"  {line}")
     return 0 if all(result.ok for result in results) else 1
+
+
+def rebuild_command(args: argparse.Namespace) -> int:
+    from .rebuild import rebuild
+
+    try:
+        result = rebuild(
+            SUITES[args.suite], args.dsc.resolve(), args.workdir.resolve(), args.out.resolve()
+        )
+    except BuildError as error:
+        print(f"kernel-lab: error: {error}", file=sys.stderr)
+        return int(error.code)
+    print(f"{result.dsc}: {'rebuilt' if result.build_ok else 'BUILD FAILED'} in {args.suite}")
+    for deb in result.debs:
+        print(f"  {deb}")
+    if not result.build_ok:
+        print(result.build_tail)
+    print(f"lintian ({'clean' if result.lintian_ok else 'NOT CLEAN'}):")
+    for line in result.lintian.splitlines():
+        print(f"  {line}")
+    print("lintian --pedantic (for review):")
+    for line in result.pedantic.splitlines():
+        print(f"  {line}")
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import fetch
+from . import fetch, sources
 from .config import Config, config_path, load_config, package_names
 from .errors import BuildError, ExitCode
 
@@ -60,18 +59,28 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "test-suite", help="print the Debian suite whose arm64 kernels the autopkgtest uses"
     )
+    commands.add_parser(
+        "library-source", help="print the source package of the package's library, if any"
+    )
     version = commands.add_parser("version", help="print the Debian version")
     version.add_argument("--upstream", action="store_true", help="print the DKMS version")
     return parser
 
 
 def _fetch(config: Config) -> Path:
-    tarball = os.environ.get("UPSTREAM_TARBALL") or None
+    given_tarball = sources.tarball(config.name)
+    given_git = sources.git_source(config.name)
     return fetch.fetch_upstream(
         config,
-        git_source=os.environ.get("UPSTREAM_GIT") or None,
-        tarball=Path(tarball) if tarball else None,
+        git_source=given_git[1] if given_git else None,
+        tarball=given_tarball[1] if given_tarball else None,
+        source_variable=(given_tarball or given_git or ("UPSTREAM_GIT", ""))[0],
     )
+
+
+def _library_git_source(config: Config) -> str | None:
+    given = sources.git_source(config.name)
+    return given[1] if given else None
 
 
 def _packages(args: argparse.Namespace) -> int:
@@ -102,7 +111,7 @@ def _fetch_command(args: argparse.Namespace) -> int:
     if config.library is not None:  # its own subtree of the same commit
         from .library_package import library_upstream
 
-        print(library_upstream(config, os.environ.get("UPSTREAM_GIT") or None))
+        print(library_upstream(config, _library_git_source(config)))
     return ExitCode.OK
 
 
@@ -132,6 +141,13 @@ def _repo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(f"{args.repo} signed by {key.fingerprint}; keyring: {args.repo}/{KEYRING_FILE}")
+    return ExitCode.OK
+
+
+def _library_source(args: argparse.Namespace) -> int:
+    library = _described(args).library
+    if library is not None:
+        print(library.source)
     return ExitCode.OK
 
 
@@ -190,8 +206,10 @@ def _deb(args: argparse.Namespace) -> int:
     if config.library is not None:
         from .library_package import build_library_package
 
-        git_source = os.environ.get("UPSTREAM_GIT") or None
-        print(build_library_package(config, args.dist, git_source=git_source, lintian=lintian))
+        for artifact in build_library_package(
+            config, args.dist, git_source=_library_git_source(config), lintian=lintian
+        ):
+            print(artifact)
     return ExitCode.OK
 
 
@@ -202,6 +220,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "upstream-path": _upstream_path,
     "repo": _repo,
     "test-suite": _test_suite,
+    "library-source": _library_source,
     "version": _version,
     "patch": _patch,
     "render": _render,

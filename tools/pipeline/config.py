@@ -160,7 +160,11 @@ def _web(repository: str) -> str:
 class Library:
     """A user-mode library built from the same upstream commit, packaged on its own."""
 
+    source: str  # its source package (libaipudrv)
     package: str  # the binary package (libaipudrv6)
+    dev_package: str  # the headers and the link (libaipudrv-dev)
+    headers: tuple[str, ...]  # in the subtree, for the -dev package
+    include_subdir: str  # /usr/include/<this>
     version: str  # the library's own version (6.1.0)
     soname: str  # libaipudrv.so.6
     subtree: str  # of the upstream repository, at the description's commit
@@ -178,6 +182,15 @@ class Library:
     def file_name(self) -> str:
         """libaipudrv.so.6.1.0: the soname's stem and the whole version."""
         return f"{self.soname.rsplit('.so.', 1)[0]}.so.{self.version}"
+
+    @property
+    def link_name(self) -> str:
+        """libaipudrv.so: what a program is linked with (-laipudrv)."""
+        return f"{self.soname.rsplit('.so.', 1)[0]}.so"
+
+    @property
+    def pkgconfig_name(self) -> str:
+        return self.soname.rsplit(".so.", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -272,8 +285,14 @@ class Config:
 
     @property
     def appstream_id(self) -> str:
-        """The AppStream component id; the metainfo file must be named after it."""
-        return f"{identity.APPSTREAM_PREFIX}.{self.module}"
+        """The AppStream component id; the metainfo file must be named after it. Packages
+        of one module that replace each other describe different drivers: the family's
+        first package keeps the module's name (an id never changes once published), another
+        driver line is named by its package (aipu-compass-dkms: ...aipu_compass)."""
+        if not self.alternative_to:
+            return f"{identity.APPSTREAM_PREFIX}.{self.module}"
+        line = self.name.removesuffix("-dkms").replace("-", "_")
+        return f"{identity.APPSTREAM_PREFIX}.{line}"
 
     @property
     def version(self) -> str:
@@ -522,7 +541,11 @@ def _library(data: dict[str, Any] | None) -> Library | None:
         return None
     make = data["make"]
     return Library(
+        source=str(data["source"]),
         package=str(data["package"]),
+        dev_package=str(data["dev_package"]),
+        headers=tuple(str(header) for header in data["headers"]),
+        include_subdir=str(data["include_subdir"]),
         version=str(data["version"]),
         soname=str(data["soname"]),
         subtree=str(data["subtree"]).strip("/"),

@@ -87,7 +87,11 @@ def find_upstream(config: Config) -> Path | None:
 
 
 def fetch_upstream(
-    config: Config, *, git_source: str | None = None, tarball: Path | None = None
+    config: Config,
+    *,
+    git_source: str | None = None,
+    tarball: Path | None = None,
+    source_variable: str = "UPSTREAM_GIT",
 ) -> Path:
     """Return the verified upstream tree, fetching it into the cache when needed."""
     existing = find_upstream(config)
@@ -99,13 +103,13 @@ def fetch_upstream(
     try:
         if config.upstream.kind == "debian-source":
             source_label = config.upstream.source_file
-            tree = _debian_source(config, incoming)
+            tree = _debian_source(config, incoming, tarball)
         elif tarball is not None:
             source_label = str(tarball)
             tree = _unpack_tarball(config, tarball, incoming)
         else:
             source_label = git_source or config.upstream.repository
-            tree = _sparse_fetch(config, source_label, incoming)
+            tree = _sparse_fetch(config, source_label, incoming, source_variable)
         actual = git_tree_id(tree)
         if actual != config.upstream.tree_id:
             raise BuildError(
@@ -123,20 +127,22 @@ def fetch_upstream(
         shutil.rmtree(incoming, ignore_errors=True)
 
 
-def _as_git_url(source: str) -> str:
+def _as_git_url(source: str, variable: str = "UPSTREAM_GIT") -> str:
     if "://" in source or source.startswith("git@"):
         return source
     path = Path(source).expanduser()
     if not path.exists():
         raise BuildError(
-            f"UPSTREAM_GIT={source} does not exist: give a clone's path or a URL",
+            f"{variable}={source} does not exist: give a clone's path or a URL",
             ExitCode.UPSTREAM,
         )
     return path.resolve().as_uri()
 
 
-def _sparse_fetch(config: Config, source: str, workdir: Path) -> Path:
-    url = _as_git_url(source)
+def _sparse_fetch(
+    config: Config, source: str, workdir: Path, variable: str = "UPSTREAM_GIT"
+) -> Path:
+    url = _as_git_url(source, variable)
     clone = workdir / "clone"
     env = _git_env()
     commit = config.upstream.commit
@@ -153,7 +159,10 @@ def _sparse_fetch(config: Config, source: str, workdir: Path) -> Path:
         "git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true upload-pack",
         failure="git config failed",
     )
-    hint = "set UPSTREAM_GIT to a local clone or UPSTREAM_TARBALL to a tarball of the subtree"
+    hint = (
+        f"set UPSTREAM_GIT_{config.name.upper().replace('-', '_')} to a local clone or "
+        f"UPSTREAM_TARBALL_{config.name.upper().replace('-', '_')} to a tarball of the subtree"
+    )
     git(
         "fetch",
         "-q",
@@ -212,9 +221,10 @@ def _unpack_tarball(config: Config, tarball: Path, workdir: Path) -> Path:
     )
 
 
-def _debian_source(config: Config, workdir: Path) -> Path:
-    """The pinned paths of a Debian source package's orig tarball, at their paths."""
-    tarball = _cached_download(config)
+def _debian_source(config: Config, workdir: Path, local: Path | None = None) -> Path:
+    """The pinned paths of a Debian source package's orig tarball, at their paths; the orig
+    tarball from ``local`` (a copy of it, verified by its pinned sha256) where given."""
+    tarball = _cached_download(config, local)
     unpacked = workdir / "unpacked"
     unpacked.mkdir()
     run(
@@ -234,12 +244,19 @@ def _debian_source(config: Config, workdir: Path) -> Path:
     return unpacked
 
 
-def _cached_download(config: Config) -> Path:
-    """The orig tarball, downloaded once, verified by its pinned sha256 before it is kept."""
+def _cached_download(config: Config, local: Path | None = None) -> Path:
+    """The orig tarball, downloaded (or copied from ``local``) once, verified by its pinned
+    sha256 before it is kept."""
     upstream = config.upstream
     target = cache_root() / "sources" / upstream.source_file
     if target.is_file() and sha256_of(target) == upstream.source_sha256:
         return target
+    if local is not None:
+        if not local.is_file():
+            raise BuildError(f"{local} does not exist: give a copy of {upstream.source_file}",
+                             ExitCode.UPSTREAM)  # fmt: skip
+        return download(local.resolve().as_uri(), target, upstream.source_sha256,
+                        f"dkms/{config.name}.yaml")  # fmt: skip
     mirror = os.environ.get("DEBIAN_MIRROR", "").rstrip("/")
     url = upstream.source_url
     if mirror:

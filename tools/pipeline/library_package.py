@@ -1,11 +1,15 @@
 """A user-mode library built from a driver package's pinned upstream commit, for arm64, as a
-binary package of its own (dkms/<package>.yaml's "library").
+source package of its own (dkms/<package>.yaml's "library"; debian/library/ is its debian/)
+and its binary packages: the library and its -dev package.
 
-The library is cross-compiled with upstream's own Makefile and the aarch64 cross compiler,
-and the .deb is assembled with dpkg-deb: a cross dpkg-buildpackage would need the arm64 C++
-toolchain's multiarch packages installed on the build host, which nothing else here needs.
-The result is cached by its inputs (tree id, build settings, compiler, this file and the
-templates), so a second 'make deb' only copies it; lintian checks it either way.
+The source package is the verified subtree as its orig tarball plus the rendered debian/;
+dpkg-buildpackage -a arm64 rebuilds it where the arm64 C++ libraries are installed
+(make rebuild-library: a clean chroot). This host has only the cross compiler, not those
+multiarch packages dpkg-shlibdeps needs, so make deb compiles with upstream's own Makefile
+and the same variables, lays the files out as debian/rules does, writes each control file
+from debian/control with dpkg-gencontrol and builds the .debs with dpkg-deb. The result is
+cached by its inputs (tree id, build settings, compiler, this file and the templates), so a
+second 'make deb' only copies it; lintian checks it either way.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ def _compiler() -> str:
 
 def _inputs_key(config: Config) -> str:
     library = _described(config)
-    own = [Path(__file__), *sorted(TEMPLATES.iterdir())]
+    own = [Path(__file__), *sorted(path for path in TEMPLATES.rglob("*") if path.is_file())]
     document = {
         "library": dataclasses.asdict(library),
         "version": debian_version(config),
@@ -158,14 +162,13 @@ def _depends(binary: Path) -> list[str]:
     return depends
 
 
-def _assemble(config: Config, tree: Path, built: Path, work: Path) -> Path:
+def _layout(config: Config, tree: Path, built: Path, root: Path) -> None:
+    """The installed files as debian/rules' override_dh_auto_install lays them out in
+    debian/tmp (the binaries of make deb are built on this host; the source package's rules
+    do the same in a build chroot: make rebuild-library)."""
     library = _described(config)
-    version = debian_version(config)
-    root = work / "root"
     lib_dir = root / LIBRARY_DIR
-    doc = root / "usr/share/doc" / library.package
     lib_dir.mkdir(parents=True)
-    doc.mkdir(parents=True)
     installed = lib_dir / library.file_name
     run(
         [f"{CROSS}strip", "--strip-unneeded", "--remove-section=.comment", "-o", installed, built],
@@ -173,58 +176,79 @@ def _assemble(config: Config, tree: Path, built: Path, work: Path) -> Path:
     )
     installed.chmod(0o644)
     (lib_dir / library.soname).symlink_to(library.file_name)
-    context = {
-        "library": library,
-        "version": version,
-        "source": config.name,
-        "maintainer": config.maintainer,
-        "homepage": config.homepage,
-        "commit": config.upstream.commit,
-        "distribution": config.changelog_distribution,
-        "date": config.changelog_date,
-        "upstream_name": Path(config.upstream.repository).stem,
-        # The holders of the library's own code; the bundled code's are described.
-        "copyrights": sorted(
-            {
-                line
-                for part in ("src", "include")
-                for line in upstream_copyrights(tree / library.make_directory / part)
-            }
-        ),
-        "description": render_string(library.description, {"config": config}),
-        "depends": _depends(installed),
-    }
-    (doc / "copyright").write_text(render_file(TEMPLATES / "copyright.j2", context))
+    (lib_dir / library.link_name).symlink_to(library.soname)
+    include = root / "usr/include" / library.include_subdir
+    include.mkdir(parents=True)
+    for header in library.headers:
+        shutil.copyfile(tree / header, include / Path(header).name)
+        (include / Path(header).name).chmod(0o644)
+    pkgconfig = lib_dir / "pkgconfig"
+    pkgconfig.mkdir()
+    text = render_file(TEMPLATES / "pc.in.j2", source_context(config, tree))
+    (pkgconfig / f"{library.pkgconfig_name}.pc").write_text(
+        text.replace("@MULTIARCH@", "aarch64-linux-gnu") + ("" if text.endswith("\n") else "\n")
+    )
+
+
+def _binary(config: Config, source: Path, staged: Path, package: str, files: list[str],
+            work: Path, substvars: dict[str, str]) -> Path:  # fmt: skip
+    """One binary package of the source tree ``source``: ``files`` (globs under ``staged``)
+    with the usual doc files, DEBIAN/control from debian/control by dpkg-gencontrol."""
+    library = _described(config)
+    version = debian_version(config)
+    root = work / package
+    for pattern in files:
+        for path in sorted(staged.glob(pattern)):
+            target = root / path.relative_to(staged)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir() and not path.is_symlink():
+                shutil.copytree(path, target, symlinks=True)
+            elif path.is_symlink():
+                target.symlink_to(path.readlink())
+            else:
+                shutil.copy2(path, target)
+    doc = root / "usr/share/doc" / package
+    doc.mkdir(parents=True)
     overrides = root / "usr/share/lintian/overrides"
     overrides.mkdir(parents=True)
-    (overrides / library.package).write_text(
-        render_file(TEMPLATES / "lintian-overrides.j2", context)
-    )
-    changelog = render_file(TEMPLATES / "changelog.j2", context).encode()
+    shutil.copyfile(source / f"debian/{package}.lintian-overrides", overrides / package)
+    shutil.copyfile(source / "debian/copyright", doc / "copyright")
     with (
         (doc / "changelog.Debian.gz").open("wb") as raw,
         gzip.GzipFile(
             fileobj=raw, mode="wb", compresslevel=9, mtime=int(_epoch(config)), filename=""
         ) as z,
     ):
-        z.write(changelog)
+        z.write((source / "debian/changelog").read_bytes())
     control = root / "DEBIAN"
     control.mkdir()
-    size = sum(path.stat().st_size for path in root.rglob("*") if path.is_file()) // 1024 + 1
-    (control / "control").write_text(
-        render_file(TEMPLATES / "control.j2", {**context, "installed_size": size})
-    )
-    stem = library.soname.split(".so.")[0]
-    major = library.soname.rsplit(".", 1)[1]
-    (control / "shlibs").write_text(f"{stem} {major} {library.package} (>= {library.version})\n")
-    (control / "triggers").write_text("activate-noawait ldconfig\n")
+    if package == library.package:
+        major = library.soname.rsplit(".", 1)[1]
+        context = source_context(config, source)
+        (control / "shlibs").write_text(
+            f"{library.pkgconfig_name} {major} {library.package} (>= {library.version}), "
+            f"{library.package} (<< {context['next_minor']}~)\n"
+        )
+        (control / "triggers").write_text("activate-noawait ldconfig\n")
     sums = [
         f"{hashlib.md5(path.read_bytes()).hexdigest()}  {path.relative_to(root)}"
         for path in sorted(root.rglob("*"))
         if path.is_file() and not path.is_symlink() and control not in path.parents
     ]
     (control / "md5sums").write_text("\n".join(sums) + "\n")
-    deb = work / f"{library.package}_{version}_arm64.deb"
+    substvars_file = work / f"{package}.substvars"
+    substvars_file.write_text("".join(f"{key}={value}\n" for key, value in substvars.items()))
+    run(
+        ["dpkg-gencontrol", f"-p{package}", f"-P{root}", f"-T{substvars_file}",
+         f"-c{source / 'debian/control'}", f"-l{source / 'debian/changelog'}",
+         f"-f{work / 'files'}"],
+        failure=f"dpkg-gencontrol could not write {package}'s control file",
+        env={**os.environ, "DEB_HOST_ARCH": "arm64", "SOURCE_DATE_EPOCH": _epoch(config)},
+    )  # fmt: skip
+    for path in root.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else (path.stat().st_mode & 0o777) | 0o644)
+    deb = work / f"{package}_{version}_arm64.deb"
     run(
         ["dpkg-deb", "--root-owner-group", "-Zxz", "--build", root, deb],
         failure=f"dpkg-deb could not build {deb.name}",
@@ -233,35 +257,193 @@ def _assemble(config: Config, tree: Path, built: Path, work: Path) -> Path:
     return deb
 
 
+def _assemble(config: Config, tree: Path, built: Path, source: Path, work: Path) -> list[Path]:
+    library = _described(config)
+    staged = work / "staged"
+    _layout(config, tree, built, staged)
+    lib = LIBRARY_DIR
+    depends = ", ".join(_depends(staged / lib / library.file_name))
+    return [
+        _binary(config, source, staged, library.package,
+                [f"{lib}/{library.soname}", f"{lib}/{library.file_name}"], work,
+                {"shlibs:Depends": depends, "misc:Depends": ""}),
+        _binary(config, source, staged, library.dev_package,
+                [f"usr/include/{library.include_subdir}", f"{lib}/{library.link_name}",
+                 f"{lib}/pkgconfig"], work,
+                {"misc:Depends": ""}),
+    ]  # fmt: skip
+
+
+def _upstream_version(config: Config) -> str:
+    """6.1.0+git20260112.12b7472: the library's version and the snapshot."""
+    return debian_version(config).rsplit("-", 1)[0]
+
+
+def _next_minor(version: str) -> str:
+    major, minor = version.split(".")[:2]
+    return f"{major}.{int(minor) + 1}"
+
+
+def _kmd_line(config: Config) -> str:
+    """The driver package of the same release, at its series: what the library speaks."""
+    series = ".".join(config.upstream_version.split(".")[:2])
+    return f"{config.name} (>= {series}), {config.name} (<< {_next_minor(series)}~)"
+
+
+def source_context(config: Config, tree: Path) -> dict[str, object]:
+    library = _described(config)
+    places = {
+        "objects": "$(BUILD)/obj", "output": "$(BUILD)/out", "soname": library.soname,
+        "file_name": library.file_name,
+    }  # fmt: skip
+    return {
+        "library": library,
+        "version": debian_version(config),
+        "maintainer": config.maintainer,
+        "homepage": config.homepage,
+        "commit": config.upstream.commit,
+        "distribution": config.changelog_distribution,
+        "date": config.changelog_date,
+        "upstream_name": Path(config.upstream.repository).stem,
+        "copyrights": sorted(
+            {
+                line
+                for part in ("src", "include")
+                for line in upstream_copyrights(tree / library.make_directory / part)
+            }
+        ),
+        "description": render_string(library.description, {"config": config}),
+        "make_variables": {
+            name: value.format(**places) for name, value in library.make_variables.items()
+        },
+        "next_minor": _next_minor(library.version),
+        "kmd_line": _kmd_line(config),
+    }
+
+
+def render_source_debian(config: Config, tree: Path, debian: Path) -> None:
+    """The library's debian/ folder, from debian/library/."""
+    library = _described(config)
+    context = source_context(config, tree)
+    names = {
+        "control.j2": "control",
+        "rules.j2": "rules",
+        "changelog.j2": "changelog",
+        "copyright.j2": "copyright",
+        "source/format": "source/format",
+        "source/lintian-overrides.j2": "source/lintian-overrides",
+        "package.install.j2": f"{library.package}.install",
+        "dev.install.j2": f"{library.dev_package}.install",
+        "pc.in.j2": f"{library.pkgconfig_name}.pc.in",
+        "package.lintian-overrides.j2": f"{library.package}.lintian-overrides",
+        "dev.lintian-overrides.j2": f"{library.dev_package}.lintian-overrides",
+    }
+    for template, name in names.items():
+        source = TEMPLATES / template
+        text = (
+            render_file(source, context)
+            if source.suffix == ".j2"
+            else source.read_text(encoding="utf-8")
+        )
+        target = debian / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    (debian / "rules").chmod(0o755)
+
+
+def source_package(config: Config, tree: Path, work: Path) -> list[Path]:
+    """The library's own source package (.dsc, orig tarball, debian tarball) from the
+    verified subtree, built with dpkg-source by dpkg-buildpackage -S."""
+    from .package import DEBIAN_BUILD_ENV, first_error, write_orig_tarball
+
+    library = _described(config)
+    upstream_version = _upstream_version(config)
+    top = f"{library.source}-{upstream_version}"
+    orig = work / f"{library.source}_{upstream_version}.orig.tar.xz"
+    write_orig_tarball(tree, orig, top, int(_epoch_of_date(config)))
+    unpacked = work / top
+    shutil.copytree(tree, unpacked, symlinks=True)
+    render_source_debian(config, tree, unpacked / "debian")
+    log = work / "source.log"
+    with log.open("w", encoding="utf-8") as output:
+        result = run(
+            ["dpkg-buildpackage", "-us", "-uc", "-S", "-d"],
+            cwd=unpacked, env={**DEBIAN_BUILD_ENV, "SOURCE_DATE_EPOCH": _epoch(config)},
+            output=output, check=False, failure="",
+        )  # fmt: skip
+    stem = f"{library.source}_{debian_version(config)}"
+    made = [work / f"{stem}.dsc", orig, work / f"{stem}.debian.tar.xz"]
+    if result.returncode != 0 or not all(path.is_file() for path in made):
+        raise BuildError(
+            f"building the {library.source} source package failed: {first_error(log)} (log: {log})",
+            ExitCode.BUILD,
+        )
+    return [*made, *sorted(work.glob(f"{stem}_source.*"))]
+
+
+def _changes(config: Config, source: Path, files: list[Path], listed: Path) -> Path:
+    """One upload of the source package and its binaries (what make repo publishes)."""
+    library = _described(config)
+    upload = source.parent
+    for path in files:
+        if path.parent != upload:
+            shutil.copyfile(path, upload / path.name)
+    changes = upload / f"{library.source}_{debian_version(config)}_arm64.changes"
+    result = run(
+        ["dpkg-genchanges", "--build=source,any", "-sa", f"-f{listed}", f"-u{upload}"],
+        cwd=source, failure="dpkg-genchanges failed", code=ExitCode.BUILD,
+        env={**os.environ, "DEB_HOST_ARCH": "arm64", "SOURCE_DATE_EPOCH": _epoch(config)},
+    )  # fmt: skip
+    changes.write_text(result.stdout, encoding="utf-8")
+    return changes
+
+
+def _epoch_of_date(config: Config) -> str:
+    """The upstream commit's date (the orig tarball's file times)."""
+    import datetime as dt
+
+    day = dt.datetime.strptime(config.upstream.date, "%Y%m%d").replace(tzinfo=dt.UTC)
+    return str(int(day.timestamp()))
+
+
 def build_library_package(
     config: Config, dist: Path, *, git_source: str | None = None, lintian: bool = True
-) -> Path:
-    """The library's .deb in ``dist``: from the cache when its inputs are unchanged."""
+) -> list[Path]:
+    """The library's source package and its binary packages in ``dist``: from the cache
+    when their inputs are unchanged."""
     library = _described(config)
-    for tool in ("make", f"{CROSS}g++", f"{CROSS}strip", "dpkg-deb"):
+    for tool in ("make", f"{CROSS}g++", f"{CROSS}strip", "dpkg-deb", "dpkg-buildpackage"):
         require_tool(tool)
-    cached = cache_root() / "built" / library.package / _inputs_key(config)
-    debs = sorted(cached.glob("*.deb")) if cached.is_dir() else []
-    if not debs:
+    cached = cache_root() / "built" / library.source / _inputs_key(config)
+    if not (cached.is_dir() and sorted(cached.glob("*.dsc"))):
         tree = library_upstream(config, git_source)
-        with tempfile.TemporaryDirectory(prefix=f"{library.package}-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=f"{library.source}-") as scratch:
             work = Path(scratch)
+            made = source_package(config, tree, work / "source")
             built = _compile(library, tree, work, _epoch(config))
-            deb = _assemble(config, tree, built, work)
+            source = work / "source" / f"{library.source}-{_upstream_version(config)}"
+            debs = _assemble(config, tree, built, source, work / "binaries")
+            made = [path for path in made if "_source." not in path.name]
+            made.append(_changes(config, source, [*made, *debs], work / "binaries" / "files"))
             incoming = cached.with_name(f".{cached.name}.incoming")
             shutil.rmtree(incoming, ignore_errors=True)
             incoming.mkdir(parents=True)
-            shutil.copyfile(deb, incoming / deb.name)
+            for path in [*made, *debs]:
+                shutil.copyfile(path, incoming / path.name)
             shutil.rmtree(cached, ignore_errors=True)
             incoming.rename(cached)
-        debs = sorted(cached.glob("*.deb"))
     dist.mkdir(parents=True, exist_ok=True)
-    target = dist / debs[0].name
-    partial = dist / f".{target.name}.partial"
-    shutil.copyfile(debs[0], partial)
-    partial.replace(target)
+    targets = []
+    for path in sorted(cached.iterdir()):
+        target = dist / path.name
+        partial = dist / f".{target.name}.partial"
+        shutil.copyfile(path, partial)
+        partial.replace(target)
+        targets.append(target)
     if lintian:
         from .package import run_lintian
 
-        run_lintian(target)
-    return target
+        for target in targets:
+            if target.suffix == ".changes":
+                run_lintian(target)
+    return targets

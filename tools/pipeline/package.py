@@ -37,8 +37,15 @@ def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
     target = build_dir / f"{config.name}_{config.version}.orig.tar.xz"
     if target.exists():
         return target
-    build_dir.mkdir(parents=True, exist_ok=True)
     mtime = dt.datetime.strptime(config.upstream.date, "%Y%m%d").replace(tzinfo=dt.UTC).timestamp()
+    return write_orig_tarball(upstream, target, config.source_dir_name, int(mtime))
+
+
+def write_orig_tarball(upstream: Path, target: Path, top: str, mtime: int) -> Path:
+    """``upstream`` as a reproducible tarball under the folder ``top``: sorted, owned by
+    root, every file's time ``mtime``."""
+    build_dir = target.parent
+    build_dir.mkdir(parents=True, exist_ok=True)
 
     def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
@@ -52,7 +59,6 @@ def orig_tarball(config: Config, upstream: Path, build_dir: Path) -> Path:
             os.fdopen(handle, "wb") as stream,
             tarfile.open(fileobj=stream, mode="w:xz", format=tarfile.GNU_FORMAT) as archive,
         ):
-            top = config.source_dir_name
             for path in sorted([upstream, *upstream.rglob("*")]):
                 relative = path.relative_to(upstream)
                 name = top if relative == Path() else f"{top}/{relative.as_posix()}"

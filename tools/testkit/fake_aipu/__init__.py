@@ -109,6 +109,7 @@ def packaged_libaipudrv(scratch: Path) -> Path:
     config = load_package("aipu-compass-dkms")
     if cached_library_upstream(config) is None:
         raise Unavailable("the pinned libaipudrv source is not in the cache: run 'make fetch'")
-    deb = build_library_package(config, scratch / "dist", lintian=False)
+    built = build_library_package(config, scratch / "dist", lintian=False)
+    deb = next(path for path in built if path.name.startswith(f"{config.library.package}_"))
     subprocess.run(["dpkg-deb", "-x", str(deb), str(scratch / "root")], check=True)
     return scratch / "root/usr/lib/aarch64-linux-gnu" / config.library.soname

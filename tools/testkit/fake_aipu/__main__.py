@@ -1,14 +1,16 @@
 """python -m testkit.fake_aipu fetch: put the files the driver-line map needs into the cache
 (the pinned libnoe .deb of driver_pairs.yaml, the UAPI headers of zhouyi_lines.yaml that no
 driver package builds), each from its repository at its pinned commit, verified by sha256.
-UPSTREAM_GIT (a local clone or a URL) is tried before each file's own repository.
+The git source given for the driver package whose upstream is the file's repository
+(UPSTREAM_GIT_AIPU_DKMS for aipu-dkms's, UPSTREAM_GIT_AIPU_COMPASS_DKMS for Arm China's; else
+UPSTREAM_GIT) is tried before that repository itself.
 Exit 0 when every file is cached, 1 otherwise (one line per missing file)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
+from pipeline.sources import git_source_for_repository
 from testkit.zhouyi_uapi import PinnedFile, cache, pinned_files
 
 from .fetch import fetch_blob
@@ -17,7 +19,7 @@ from .fetch import fetch_blob
 def _fetch(pinned: PinnedFile) -> bool:
     if pinned.cached() is not None:
         return True
-    sources = [os.environ.get("UPSTREAM_GIT", ""), pinned.repository]
+    sources = [git_source_for_repository(pinned.repository), pinned.repository]
     try:
         content = fetch_blob(sources, pinned.commit, pinned.path, pinned.sha256)
     except RuntimeError as error:

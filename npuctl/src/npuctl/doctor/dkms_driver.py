@@ -15,6 +15,7 @@ from ..drivers import Driver
 from ..modprobe import blacklistings
 from ..system import System
 from .chain import Step
+from .dkms_foreign import registrations, report_foreign
 from .findings import Finding, Report, Status, skip
 
 DKMS_KEY = "/var/lib/dkms/mok.pub"
@@ -185,7 +186,8 @@ class DriverChecks:
             )
             return False
         states = self._dkms_states(result.stdout)
-        versions = sorted({version for version, _ in states.values()})
+        lines = registrations(result.stdout, module)
+        versions = sorted({line.version for line in lines if line.kernel})
         registered = versions or [
             name.split("-", 1)[1]
             for name in system.listdir("/usr/src")
@@ -199,7 +201,8 @@ class DriverChecks:
                 fix=f"sudo apt install ./{package}_<version>_all.deb",
             )
             return False
-        version = registered[-1]
+        packaged = report_foreign(system, self.driver, result.stdout, registered, self.report)
+        version = packaged[-1] if packaged else registered[-1]
         conf = system.read(f"/usr/src/{module}-{version}/dkms.conf") or ""
         if conf and not re.search(r'^AUTOINSTALL="?yes"?', conf, re.MULTILINE):
             self._add(
@@ -210,7 +213,10 @@ class DriverChecks:
                 fix=f"sudo apt install ./{package}_<version>_all.deb",
             )
         release = self.release
-        state = states.get(release, (version, "absent"))[1]
+        state = next(
+            (line.state for line in lines if line.kernel == release and line.version == version),
+            "absent",
+        )
         if state != "installed":
             error = self._first_error(version, release)
             self._add(

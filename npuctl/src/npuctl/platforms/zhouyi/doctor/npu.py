@@ -11,7 +11,7 @@ from npuctl.doctor.findings import Finding, Report, Status, skip
 from npuctl.models.manifest import Manifest
 from npuctl.models.store import Lock, verify
 
-from ..noe.abi import OPEN_DEVICE_FAILED
+from ..noe.abi import DIALECTS, OPEN_DEVICE_FAILED
 from . import pairing
 
 EXPECTED_TARGET = "X2_1204MP3"
@@ -116,6 +116,10 @@ def _open_device_failed(report: Report) -> tuple[str, str]:
     )
 
 
+def umd_package(library: str) -> str:
+    return next(dialect.package for dialect in DIALECTS if dialect.library == library)
+
+
 def check_versions(versions: dict[str, str], report: Report) -> None:
     """The pair as libnoe reports it, unless it was judged before the context opened."""
     if not any(finding.id == pairing.FINDING for finding in report.findings):
@@ -123,6 +127,20 @@ def check_versions(versions: dict[str, str], report: Report) -> None:
         kmd = known["version"] if isinstance(known, dict) else versions.get("kmd", "")
         umd = report.facts.get("umd")
         library = str(umd["library"]) if isinstance(umd, dict) else "libnoe"
+        if versions.get("refused") and not versions.get("umd"):
+            report.add(
+                Finding(
+                    pairing.FINDING,
+                    pairing.AREA,
+                    Status.WARN,
+                    f"Driver {kmd or 'version unknown'} with {library} of unknown version: "
+                    "the pair is not judged",
+                    versions["refused"],
+                    fix=f"sudo apt install {umd_package(library)}   # a {library} whose "
+                    "version npuctl can read",
+                )
+            )
+            return
         pairing.report_pair(kmd, versions.get("umd", ""), report, library)
 
 

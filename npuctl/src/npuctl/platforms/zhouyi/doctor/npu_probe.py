@@ -27,14 +27,12 @@ def library_facts(library: str) -> dict[str, object]:
         lib = NoeLibrary(library)
         facts["stage"] = "context"
         with Session(lib) as npu:
-            facts.update(
-                {
-                    "stage": "done",
-                    "topology": npu.topology(),
-                    "target": npu.target(),
-                    "versions": npu.versions(),
-                }
-            )
+            facts.update({"topology": npu.topology(), "target": npu.target()})
+            try:
+                facts["versions"] = npu.versions()
+            except NpuctlError as refused:  # a library whose commands npuctl does not know
+                facts["versions"] = {"umd": lib.version, "kmd": "", "refused": str(refused)}
+            facts["stage"] = "done"
     except NpuctlError as error:
         facts["error"] = str(error)
         facts["status"] = getattr(error, "status", None)

@@ -5,15 +5,14 @@ that installed it. An unknown library version is checked once libnoe has opened 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from npuctl.child import run_module
 from npuctl.doctor.findings import Finding, Report, Status
 from npuctl.system import System
 
-from ..driver_pairs import umd_from_library_name, umd_from_package, verdict
-from ..user_space import library_name
+from ..driver_pairs import umd_from_package, verdict
+from ..user_space import library_name, library_version
 from .noe_paths import umd_package_version
 
 AREA = "driver-version"
@@ -33,11 +32,10 @@ def kmd_version(system: System, timeout: float) -> tuple[str | None, str]:
 
 
 def umd_version(system: System, library: Path) -> str:
-    name = library_name(library)
-    found = umd_from_library_name(Path(os.path.realpath(library)).name, name)
-    if found or name != "libnoe":
+    found = library_version(library, system)
+    if found or library_name(library) != "libnoe":
         return found
-    package = umd_package_version(system)
+    package = umd_package_version(system)  # a libnoe elsewhere than its package puts it
     return umd_from_package(package) if package else ""
 
 

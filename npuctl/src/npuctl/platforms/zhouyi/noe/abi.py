@@ -113,7 +113,6 @@ NUMPY_DTYPES: dict[DataType, np.dtype] = {
     DataType.F64: np.dtype(np.float64),
 }
 
-IOCTL_GET_VERSION = 270  # UMD 0.6.0 (271 in 0.5.0)
 DEVICE_NPU = 1
 
 
@@ -127,13 +126,37 @@ class Dialect:
     infer: str  # the function that runs a job and waits for it
     configs: bool  # load_graph and create_job dereference their configuration: pass one
     ioctl_device: bool  # *_ioctl takes a device before the command
-    get_version: int  # the *_ioctl command that writes the UMD's and KMD's versions
+    # The *_ioctl command numbers of each library series (major.minor): the command enum is
+    # renumbered between releases, so a number means another command in another version.
+    commands: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    # The series a library whose version cannot be learned is taken to be; "" refuses it.
+    assumed: str
+
+    def known_series(self) -> list[str]:
+        return [series for series, _ in self.commands]
+
+    def command(self, series: str, name: str) -> int | None:
+        """The number of ``name`` in the library ``series``; None when npuctl does not know."""
+        numbers = dict(dict(self.commands).get(series or self.assumed, ()))
+        return numbers.get(name)
 
 
-LIBNOE = Dialect("libnoe", "cix-noe-umd", "noe", "job_infer_sync", True, True, IOCTL_GET_VERSION)
-# libaipudrv 6.1.0 (Compass 4.2.0): its configurations default to NULL, and its ioctl command
-# enum puts AIPU_IOCTL_GET_VERSION at 273.
-LIBAIPUDRV = Dialect("libaipudrv", "libaipudrv6", "aipu", "finish_job", False, False, 273)
+# libnoe: NOE_IOCTL_GET_VERSION is 270 in UMD 0.6.0 and was 271 in 0.5.0. CIX's published
+# libnoe.so carries no other version in its file name than the UMD's, and UMD 0.6.0 is the one
+# published C library: a copy without a version in its name is taken as that one.
+LIBNOE = Dialect(
+    "libnoe", "cix-noe-umd", "noe", "job_infer_sync", True, True,
+    (("0.6", (("GET_VERSION", 270),)), ("0.5", (("GET_VERSION", 271),))),
+    "0.6",
+)  # fmt: skip
+# libaipudrv: its configurations default to NULL, its ioctl takes no device, and 6.1.0
+# inserted AIPU_IOCTL_IS_DS into aipu_ioctl_cmd_t, so GET_VERSION is 272 in 6.0.0 and 273 in
+# 6.1.0, where 6.0.0 has ABORT_CMDPOOL. A libaipudrv of unknown version gets no command.
+LIBAIPUDRV = Dialect(
+    "libaipudrv", "libaipudrv6", "aipu", "finish_job", False, False,
+    (("6.0", (("GET_VERSION", 272),)), ("6.1", (("GET_VERSION", 273),))),
+    "",
+)  # fmt: skip
 DIALECTS = (LIBNOE, LIBAIPUDRV)
 TIMEOUT_STATUS = 0x23
 JOB_EXCEPTION_STATUS = 0x11

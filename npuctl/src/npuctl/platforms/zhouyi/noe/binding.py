@@ -30,6 +30,8 @@ import numpy as np
 
 from npuctl.errors import InputError, NpuctlError, NpuError
 
+from ..user_space import library_version
+from ..versions import series
 from . import abi
 
 if TYPE_CHECKING:
@@ -186,7 +188,25 @@ class NoeLibrary:
                 f"{self.path} lacks {', '.join(self.missing)}: not a libnoe this npuctl supports"
             )
         self.api = Functions(self.lib, self.dialect)
+        # Learned before any command: the command numbers are the version's.
+        self.version = library_version(self.path)
         self._silence()
+
+    def command(self, name: str) -> int:
+        """The number of the ``*_ioctl`` command ``name`` in this library's version; an error
+        naming the versions npuctl knows when it does not know this one."""
+        # A version without major.minor ('cix-noe-umd 3.1.3') is a known unknown, not none.
+        number = self.dialect.command(series(self.version) or self.version, name)
+        if number is None:
+            known = ", ".join(self.dialect.known_series())
+            raise NpuError(
+                f"{self.dialect.library} {self.version or 'of unknown version'} ({self.path}): "
+                f"npuctl knows its {name} command in {self.dialect.library} {known} only, and "
+                "sends none to another version, where that number is another command "
+                f"(install {self.dialect.package}, or use a file named with its version, "
+                f"{self.dialect.library}.so.X.Y.Z)"
+            )
+        return number
 
     def _silence(self) -> None:
         with contextlib.suppress(ValueError):  # older builds do not export it
@@ -286,9 +306,10 @@ class Session:
         version = abi.DriverVersion()
         dialect = self.library.dialect
         device = (abi.DEVICE_NPU,) if dialect.ioctl_device else ()
+        command = self.library.command("GET_VERSION")
         with _LOCK:
             self._check(
-                self.lib.ioctl(self.context, *device, dialect.get_version, _c.byref(version)),
+                self.lib.ioctl(self.context, *device, command, _c.byref(version)),
                 f"{self.name('ioctl')}(GET_VERSION)",
             )
         raw = bytes(version)
