@@ -144,7 +144,8 @@ def _with_limits(command: Callable[..., Any]) -> Callable[..., Any]:
 def serve(settings: Settings, **options: Any) -> None:
     """The inference server of the board's NPU: DeepStack's POST /v1/vision/detection and
     /v1/vision/classification, OpenAI's POST /v1/embeddings, the open inference protocol
-    (KServe v2: /v2/models/NAME/infer), Immich's machine learning (POST /predict), /health,
+    (KServe v2: /v2/models/NAME/infer), Immich's machine learning (POST /predict), llama.cpp's
+    POST /embeddings and /props (Frigate's semantic search), /health,
     /ready, /metrics and /openapi.json. SIGTERM finishes the requests in flight; SIGHUP reads
     the API key file again."""
     logging.basicConfig(level=logging.INFO, format="npuctl serve: %(message)s", stream=sys.stderr)
