@@ -34,13 +34,16 @@ $(DEPS_STAMP): tools/install-deps.sh tools/pyproject.toml npuctl/pyproject.toml
 	touch $@
 
 ## fetch: get, verify (git tree id) and cache every driver package's pinned upstream source,
-## and the pinned libnoe .deb the driver-line tests run (from aipu-dkms's upstream)
+## and the pinned libnoe .deb the driver-line tests run (from aipu-dkms's upstream); with
+## FRIGATE_GIT=<clone of blakeblackshear/frigate>, Frigate's pinned files the tests run
 # Every package is tried: one whose upstream cannot be reached does not keep the others'
 # sources (and their tests) away; the exit status says that one failed.
 fetch: $(DEPS_STAMP)
 	failed=0; for package in $$($(BUILD_TOOL) packages); do \
 		$(BUILD_TOOL) --package $$package fetch || failed=$$?; done; \
-	$(PY) -m testkit.fake_aipu fetch || failed=$$?; exit $$failed
+	$(PY) -m testkit.fake_aipu fetch || failed=$$?; \
+	$(if $(FRIGATE_GIT),$(PY) -m rocket_emu frigate --frigate-git $(FRIGATE_GIT) || failed=$$?;) \
+	exit $$failed
 
 ## patch: write PACKAGE's upstream + patches to build/src (for reading or a plain kbuild)
 patch: $(DEPS_STAMP)

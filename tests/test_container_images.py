@@ -269,16 +269,23 @@ def test_an_image_says_what_it_is_and_runs_as_a_fleet_expects(amd64_images: Path
 
 
 def start_amd64(dist: Path, work: Path, images: str = "npuctl") -> subprocess.Popen[str]:
+    """The build as a script's background job starts it: with SIGINT ignored (a
+    non-interactive shell's '&'), which a Ctrl-C or 'kill -INT' must still stop."""
     return subprocess.Popen(
         [
             *(sys.executable, "-m", "oci_image", "--dist", str(dist), "--images", images),
             *("--architectures", "amd64", "build", "--work", str(work)),
         ],
+        preexec_fn=ignore_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
     )
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def wait_for_mounts(build: subprocess.Popen[str], *folders: Path) -> None:

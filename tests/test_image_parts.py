@@ -7,6 +7,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -181,3 +184,40 @@ def test_an_image_carries_the_user_space_build_its_family_wants(monkeypatch):
     assert rootfs.user_space_debs(rocket, "amd64") == []
     assert rootfs.user_space_debs(load("npuctl"), "arm64") == []
     assert "mesa-teflon-delegate" not in str(rocket.archive_packages)
+
+
+_STOPPABLE = """
+import sys
+from oci_image import workspace
+if sys.argv[1] == "handled":
+    workspace.stop_on_signals()
+try:
+    print("running", flush=True)
+    workspace.run_group(["sleep", "30"])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize(("handled", "stops"), [("handled", True), ("control", False)])
+def test_a_build_started_with_sigint_ignored_still_stops_on_it(handled: str, stops: bool):
+    """A script's background job ('make test &') starts with SIGINT ignored, which Python
+    keeps: the build's own handling makes Ctrl-C stop it all the same (the control, without
+    it, does not stop)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STOPPABLE, handled],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "running\n"
+        process.send_signal(signal.SIGINT)
+        if stops:
+            assert process.wait(20) == 130
+        else:
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(2)
+    finally:
+        process.kill()
+        process.wait()

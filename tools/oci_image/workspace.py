@@ -45,11 +45,17 @@ class Stopped(BaseException):
 
 
 def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP raise Stopped; SIGINT raises KeyboardInterrupt, also where this
+    process was started with SIGINT ignored: a non-interactive shell starts its background
+    jobs so ('make test &' in a script), Python keeps that, and such a build went on past a
+    Ctrl-C or 'kill -INT' to write its image and exit 0."""
+
     def stopped(signum: int, _frame: object) -> None:
         raise Stopped(signum)
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, stopped)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def said_stop(tool: str, stopped: BaseException) -> int:

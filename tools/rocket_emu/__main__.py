@@ -2,6 +2,8 @@
 PATH]: build (or find cached) QEMU with the Orange Pi 5 Plus machine and the board's root file
 system, and the pinned files of Frigate the board runs.
 python -m rocket_emu cached --dist DIST: exit 0 when both are cached, else say what is not.
+python -m rocket_emu frigate --frigate-git PATH: cache every pinned set of Frigate's files (the
+board's, and the GenAI client npuctl serve's tests run).
 
 Exit codes: 0 ready, 2 usage, 3 a pinned input missing or not matching, 4 a build failed."""
 
@@ -19,6 +21,8 @@ from . import guest_root, qemu_build, sources
 from .errors import EmulationError
 from .pins import load
 
+FRIGATE_SETS = ("frigate", "frigate_genai")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocket_emu")
@@ -28,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--work", type=Path, required=True)
     prepare.add_argument("--emulator-git", type=Path, default=None)
     prepare.add_argument("--frigate-git", type=Path, default=None)
+    frigate = commands.add_parser("frigate", help="cache Frigate's pinned files")
+    frigate.add_argument("--frigate-git", type=Path, required=True)
     cached = commands.add_parser("cached", help="exit 0 when a run needs no build")
     cached.add_argument("--dist", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -37,9 +43,14 @@ def main(argv: list[str] | None = None) -> int:
             reason = missing_from_cache(args.dist)
             print(reason or "cached: QEMU and the guest root file system")
             return 0 if reason is None else 1
+        if args.command == "frigate":
+            for pinned in FRIGATE_SETS:
+                print(f"{pinned}: {sources.frigate_files(pins, args.frigate_git, pinned)}")
+            return 0
         started = time.monotonic()
         emulator = sources.emulator_files(pins, args.emulator_git)
-        sources.frigate_files(pins, args.frigate_git)
+        for pinned in FRIGATE_SETS:
+            sources.frigate_files(pins, args.frigate_git, pinned)
         qemu = qemu_build.build(pins, emulator, args.work)
         print(f"QEMU: {qemu} ({round(time.monotonic() - started, 1)} s)")
         started = time.monotonic()

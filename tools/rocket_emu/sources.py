@@ -136,11 +136,11 @@ def teflon_debs_cached(teflon: dict) -> bool:
     return pinned_debs_cached(teflon["debs"])
 
 
-def frigate_files(pins: Pins, repository: Path | None) -> Path:
-    """Frigate's pinned files (by their blob ids at the pinned commit), each by its name in
-    one folder, cached by the ids."""
-    frigate = pins.data["frigate"]
-    target = frigate_cache(pins)
+def frigate_files(pins: Pins, repository: Path | None, pinned: str = "frigate") -> Path:
+    """Frigate's pinned files of one set (``pinned``: frigate, frigate_genai), by their blob
+    ids at the pinned commit, each by its name in one folder, cached by the ids."""
+    frigate = pins.data[pinned]
+    target = frigate_cache(pins, pinned)
     if target.is_dir():
         return target
     if repository is None:
@@ -167,6 +167,6 @@ def frigate_files(pins: Pins, repository: Path | None) -> Path:
     return target
 
 
-def frigate_cache(pins: Pins) -> Path:
-    blobs = sorted(pins.data["frigate"]["files"].values())
+def frigate_cache(pins: Pins, pinned: str = "frigate") -> Path:
+    blobs = sorted(pins.data[pinned]["files"].values())
     return cache() / f"frigate-{hashlib.sha256(''.join(blobs).encode()).hexdigest()[:16]}"

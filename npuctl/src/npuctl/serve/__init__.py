@@ -1,2 +1,3 @@
-"""npuctl serve: an OpenAI-compatible embedding service in front of one NPU. Knows no NPU
-family: a platform supplies an ``Embedder`` (embedder.py) and this package does the rest."""
+"""npuctl serve: the inference server of one NPU. Knows no NPU family: a family's adapter
+(.families) supplies its models and runtimes, and this package speaks every protocol of
+.protocols over them (detection, classification, embeddings, tensors)."""

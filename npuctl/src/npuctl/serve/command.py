@@ -28,7 +28,7 @@ from . import affinity, auth, families, limits, memory, systemd
 from .http import HttpServer
 from .metrics import Metrics
 from .owner import NpuOwner
-from .protocol import Running
+from .protocol import HttpApi, Listener, Running
 from .protocol import Startup as ListenerStartup
 from .protocols import HTTP, LISTENERS
 from .service import PUBLIC_DEFAULT, Service
@@ -66,7 +66,8 @@ def _public(value: str) -> frozenset[str]:
 def _with_limits(command: Callable[..., Any]) -> Callable[..., Any]:
     """Every limit's option (limits.py declares them once), and the options of every
     protocol that is not HTTP (each declares its own)."""
-    options = [*limits.options(), *(option for item in LISTENERS for option in item.options)]
+    protocols: list[HttpApi | Listener] = [*HTTP, *LISTENERS]
+    options = [*limits.options(), *(option for item in protocols for option in item.options)]
     for option in reversed(options):
         command = option(command)
     return command
@@ -143,7 +144,8 @@ def _with_limits(command: Callable[..., Any]) -> Callable[..., Any]:
 def serve(settings: Settings, **options: Any) -> None:
     """The inference server of the board's NPU: DeepStack's POST /v1/vision/detection and
     /v1/vision/classification, OpenAI's POST /v1/embeddings, the open inference protocol
-    (KServe v2: /v2/models/NAME/infer), Immich's machine learning (POST /predict), /health,
+    (KServe v2: /v2/models/NAME/infer), Immich's machine learning (POST /predict), llama.cpp's
+    POST /embeddings and /props (Frigate's semantic search), /health,
     /ready, /metrics and /openapi.json. SIGTERM finishes the requests in flight; SIGHUP reads
     the API key file again."""
     logging.basicConfig(level=logging.INFO, format="npuctl serve: %(message)s", stream=sys.stderr)
@@ -188,6 +190,7 @@ def serve(settings: Settings, **options: Any) -> None:
         opened,
         settings.manifest,
         socket_path.parent if socket_path else None,
+        options,
     )
     address = None if no_tcp else (host, options["port"])
 
@@ -264,6 +267,14 @@ class Startup:
             await runner.cleanup()
             raise
         log.info("listening: %s (loading the models)", where)
+        if service.embedder is not None:  # what Frigate's semantic search is given
+            log.info(
+                "llama.cpp's /embeddings: %s (Frigate's genai base_url: %s)",
+                " and ".join(
+                    f"{_where(server, self.socket_path)}/embeddings" for server in servers
+                ),
+                _where(servers[0], self.socket_path),
+            )
         stop = asyncio.Event()
         for number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(number, stop.set)

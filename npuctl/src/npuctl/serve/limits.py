@@ -39,14 +39,21 @@ class Limits:
         256, "inputs", 1, 100_000,
         "Inputs that may wait for the NPU; more are answered 429 with Retry-After.",
     )  # fmt: skip
-    max_inputs: int = _limit(64, "inputs", 1, 100_000, "Inputs in one embeddings request.")
-    max_images: int = _limit(8, "images", 1, 1_000, "Images in one embeddings request.")
+    max_inputs: int = _limit(
+        64, "inputs", 1, 100_000,
+        "Inputs in one embeddings request (OpenAI's input, llama.cpp's content).",
+    )  # fmt: skip
+    max_images: int = _limit(
+        8, "images", 1, 1_000,
+        "Images in one embeddings request (OpenAI's, llama.cpp's).",
+    )  # fmt: skip
     max_body: int = _limit(
         2 * MiB, "bytes", 1024, 1 << 30, "Bytes in the body of a text request (embeddings)."
     )
     max_upload: int = _limit(
         24 * MiB, "bytes", 1024, 1 << 30,
-        "Bytes in the body of an image or tensor request (vision, Immich, KServe v2).",
+        "Bytes in the body of an image or tensor request (vision, Immich, KServe v2, "
+        "llama.cpp's /embeddings with its images in base64).",
     )  # fmt: skip
     max_form_parts: int = _limit(32, "parts", 1, 1_000, "Fields in one form.")
     max_model_upload: int = _limit(

@@ -63,6 +63,7 @@ def server_error_body(error: ApiError) -> bytes:
 
 
 Handler = Callable[["Call"], Awaitable[web.StreamResponse]]
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class HttpApi:
     # The paths no route matched that still answer in this protocol's shape: a path, or
     # every path under one ending in "/" (the longest that fits decides).
     namespace: tuple[str, ...] = ()
+    # Its own options of 'npuctl serve' (the service gives their values: Service.options).
+    options: tuple[Decorator, ...] = ()
 
     def claim(self, path: str) -> int:
         """How closely ``path`` is this protocol's (0: not at all)."""
@@ -111,9 +114,6 @@ class HttpApi:
             ),
             default=0,
         )
-
-
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 class Running(Protocol):

@@ -13,10 +13,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -91,10 +91,12 @@ class Service:
         public: frozenset[str] = PUBLIC_DEFAULT,
         manifest: Manifest | None = None,
         runtime_folder: Path | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.serving = serving
         self.manifest = manifest  # the served models' entries (how Frigate uses them)
         self.runtime_folder = runtime_folder  # where the server tells the doctor things
+        self.options = options or {}  # the command's, the protocols' own among them
         self.embedder = serving.embedder
         self.owner = owner
         self.metrics = metrics

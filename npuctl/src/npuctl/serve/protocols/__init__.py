@@ -6,7 +6,14 @@ here."""
 from __future__ import annotations
 
 from ..protocol import HttpApi, Listener
-from . import deepstack, frigate, health, immich, kserve, openai
+from . import deepstack, frigate, health, immich, kserve, llamacpp, openai
 
-HTTP: tuple[HttpApi, ...] = (health.API, openai.API, deepstack.API, kserve.API, immich.API)
+HTTP: tuple[HttpApi, ...] = (
+    health.API,
+    openai.API,
+    deepstack.API,
+    kserve.API,
+    immich.API,
+    llamacpp.API,
+)
 LISTENERS: tuple[Listener, ...] = (frigate.LISTENER,)

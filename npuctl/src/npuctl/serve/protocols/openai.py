@@ -30,6 +30,7 @@ from ..protocol import (
     server_error_body,
 )
 from ..service import Service
+from . import llamacpp
 
 try:  # about 40x faster than json for float vectors; optional (Debian 12 has no orjson)
     import orjson
@@ -47,8 +48,16 @@ class Asked:
 
 # -- handlers ------------------------------------------------------------------------------
 def _model_list(service: Service) -> list[dict[str, Any]]:
+    """OpenAI's entries, with what llama.cpp adds to each (Frigate's GenAI provider reads
+    it)."""
     return [
-        {"id": name, "object": "model", "created": service.created, "owned_by": "npuctl"}
+        {
+            "id": name,
+            "object": "model",
+            "created": service.created,
+            "owned_by": "npuctl",
+            **llamacpp.model_fields(service, name),
+        }
         for name in service.model_names
     ]
 
@@ -390,6 +399,11 @@ def schemas(service: Service) -> dict[str, Any]:
                 "object": {"const": "model"},
                 "created": {"type": "integer"},
                 "owned_by": {"type": "string"},
+                # llama.cpp's (see .llamacpp)
+                "aliases": {"type": "array", "items": {"type": "string"}},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "architecture": {"type": "object"},
+                "meta": {"type": "object"},
             },
         },
         "ModelList": {
