@@ -1,6 +1,6 @@
 """The guarded first load every driver package ships (provision/module-trial/): the guard
 rendered from each package's description and run as modprobe runs it, over a root whose
-kernel is played by stand-ins for modprobe, modinfo and uname (a load that binds, fails,
+kernel is played by stand-ins for modprobe and modinfo (a load that binds, fails,
 leaves no device, or takes the machine down with it), and boots told apart by their boot id
 as the kernel tells them."""
 
@@ -39,7 +39,6 @@ crash) kill -KILL "$PPID"; exit 1 ;;
 esac
 """
 MODINFO = '#!/bin/sh\ncat "$MODULE_TRIAL_ROOT/fake/version"\n'
-UNAME = '#!/bin/sh\ncat "$MODULE_TRIAL_ROOT/fake/release"\n'
 
 
 @dataclass
@@ -60,6 +59,8 @@ class Machine:
     def set(self, **values: str) -> None:
         for name, value in values.items():
             (self.root / "fake" / name).write_text(value + "\n")
+            if name == "release":
+                (self.root / "proc/sys/kernel/osrelease").write_text(value + "\n")
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         driver = load_package(self.package)
@@ -98,7 +99,7 @@ def machine(request, tmp_path) -> Machine:
     guard.write_text(render_file(guard_file.source, template_context(config)))
     shims = tmp_path / "shims"
     shims.mkdir()
-    for name, text in (("modprobe", MODPROBE), ("modinfo", MODINFO), ("uname", UNAME)):
+    for name, text in (("modprobe", MODPROBE), ("modinfo", MODINFO)):
         (shims / name).write_text(text)
         (shims / name).chmod(0o755)
     (root / "fake").mkdir()
