@@ -22,7 +22,7 @@ PACKAGE ?= $(firstword $(sort $(basename $(notdir $(wildcard dkms/*.yaml)))))
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
-	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
+	check-images check-rocket-emu lint check-kernels check-trials bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
 
 # arm64 emulation is switched on again each time (a reboot or a new container loses it).
 deps: $(DEPS_STAMP)
@@ -206,6 +206,17 @@ check-kernels: deb
 	$(PY) -m kernel_lab matrix --suites $(SUITES) --kernels "$(KERNELS)" --packages $$packages \
 		--dist $(DIST) --next-dist $(BUILD)/next --next-suffix $(NEXT_SUFFIX) \
 		--src-dir $(BUILD)/lab-src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
+	$(MAKE) --no-print-directory check-trials
+
+## check-trials: the guarded first load booted in QEMU under oops=panic panic=1, on one disk:
+## a test-only build that oopses in its probe (boot 1 panics, boot 2 holds it), a fixed
+## version's one new trial, and the package's real module's first trial, on TRIAL_SUITE's
+## current arm64 kernel, every driver package (PACKAGES to narrow) (root)
+TRIAL_SUITE ?= bookworm
+check-trials: deb
+	packages="$(PACKAGES)"; packages=$${packages:-$$($(BUILD_TOOL) packages | paste -sd,)}; \
+	$(PY) -m kernel_lab trial --suite $(TRIAL_SUITE) --packages $$packages --dist $(DIST) \
+		--workdir $(BUILD)/trial-lab --json $(DIST)/kernel-trials.json
 
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations;
 ## every verdict a ratio to a reference timed in the same rounds, or an instruction count; and

@@ -2,7 +2,9 @@
 python -m kernel_lab lint [--suite S] CHANGES...: the newest lintian and appstreamcli (a .deb built
 without an upload of its own, as the arm64 library packages, is given as itself).
 python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real.
-python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers."""
+python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers.
+python -m kernel_lab trial --suite S --package P --dist D --workdir W --json F: the guarded
+first load in QEMU (kernel_lab.trial)."""
 
 from __future__ import annotations
 
@@ -58,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         "--previous", type=Path, action="append", default=[], help="a version N deb (repeat)"
     )
     piu.add_argument("debs", type=Path, nargs="+")
+    trying = commands.add_parser("trial", help="the guarded first load, booted in QEMU")
+    trying.add_argument("--suite", default="bookworm", choices=sorted(SUITES))
+    trying.add_argument("--packages", default=",".join(DRIVERS))
+    trying.add_argument("--dist", type=Path, required=True, help="where the packages' debs are")
+    trying.add_argument("--workdir", type=Path, required=True)
+    trying.add_argument("--json", type=Path, required=True)
     return parser
 
 
@@ -68,8 +76,33 @@ def main(argv: list[str] | None = None) -> int:
         "lint": lint_command,
         "autopkgtest": autopkgtest_command,
         "matrix": matrix_command,
+        "trial": trial_command,
     }[args.command]
     return command(args)
+
+
+def trial_command(args: argparse.Namespace) -> int:
+    """Every package's proof; exit 1 when a boot did not do what it must."""
+    import json
+
+    from .trial import run_trials
+
+    reports = []
+    for name in (name for name in args.packages.split(",") if name):
+        if name not in DRIVERS:
+            raise BuildError(f"unknown package {name}; known: {', '.join(DRIVERS)}", ExitCode.USAGE)
+        config = load_package(name)
+        deb = args.dist / f"{name}_{config.debian_version}_all.deb"
+        report = run_trials(
+            args.suite, DRIVERS[name], deb if deb.exists() else None, args.workdir.resolve()
+        )
+        reports.append(report)
+        for boot in report["boots"]:
+            print(f"{name} {report['kernel']} {boot['boot']}: {boot['status']} ({boot['detail']})")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"trials": reports}, indent=2) + "\n", encoding="utf-8")
+    failed = any(boot["status"] != "ok" for r in reports for boot in r["boots"])
+    return 1 if failed else 0
 
 
 def piuparts_command(args: argparse.Namespace) -> int:
