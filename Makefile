@@ -22,7 +22,7 @@ PACKAGE ?= $(firstword $(sort $(basename $(notdir $(wildcard dkms/*.yaml)))))
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
-	check-images check-rocket-emu lint check-kernels check-trials bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
+	check-images check-rocket-emu lint check-kernels check-trials trial-tables bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
 
 # arm64 emulation is switched on again each time (a reboot or a new container loses it).
 deps: $(DEPS_STAMP)
@@ -247,6 +247,12 @@ bench-tables: $(DEPS_STAMP)
 ## matrix-tables: docs/kernel-matrix-results.md from dist/kernel-matrix.json (make check-kernels)
 matrix-tables: $(DEPS_STAMP)
 	$(PY) -m kernel_lab.tables $(DIST)/kernel-matrix.json docs/kernel-matrix-results.md
+	$(PY) -m kernel_lab.trial_tables $(DIST)/kernel-trials.json docs/kernel-matrix-results.md
+
+## trial-tables: the first-load trials' rows of docs/kernel-matrix-results.md from
+## dist/kernel-trials.json (make check-trials), the matrix's table left as it is
+trial-tables: $(DEPS_STAMP)
+	$(PY) -m kernel_lab.trial_tables $(DIST)/kernel-trials.json docs/kernel-matrix-results.md
 
 ## emu-tables: docs/emulated-board-results.md from dist/rocket-emu.json (make check-rocket-emu)
 emu-tables: $(DEPS_STAMP)

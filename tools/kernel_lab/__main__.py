@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.config import load_package
@@ -85,7 +86,7 @@ def trial_command(args: argparse.Namespace) -> int:
     """Every package's proof; exit 1 when a boot did not do what it must."""
     import json
 
-    from .trial import run_trials
+    from .trial import TRIAL_SCHEMA, run_trials
 
     reports = []
     for name in (name for name in args.packages.split(",") if name):
@@ -100,7 +101,12 @@ def trial_command(args: argparse.Namespace) -> int:
         for boot in report["boots"]:
             print(f"{name} {report['kernel']} {boot['boot']}: {boot['status']} ({boot['detail']})")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"trials": reports}, indent=2) + "\n", encoding="utf-8")
+    document = {
+        "schema": TRIAL_SCHEMA,
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "trials": reports,
+    }
+    args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     failed = any(boot["status"] != "ok" for r in reports for boot in r["boots"])
     return 1 if failed else 0
 

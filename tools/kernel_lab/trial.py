@@ -37,6 +37,7 @@ from .drivers import Driver
 from .kernels import Kernel
 
 DISK_MB = 16
+TRIAL_SCHEMA = 1  # of dist/kernel-trials.json
 STAND_IN = r"""// SPDX-License-Identifier: GPL-2.0
 /* The kernel lab's stand-in of a driver on trial: LAB_OOPS makes its probe crash. */
 #include <linux/miscdevice.h>
