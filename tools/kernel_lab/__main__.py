@@ -62,7 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     piu.add_argument("debs", type=Path, nargs="+")
     trying = commands.add_parser("trial", help="the guarded first load, booted in QEMU")
-    trying.add_argument("--suite", default="bookworm", choices=sorted(SUITES))
+    trying.add_argument(
+        "--suite",
+        default="",
+        choices=["", *sorted(SUITES)],
+        help="default: each package's own test suite (kernel.test_suite of its description)",
+    )
     trying.add_argument("--packages", default=",".join(DRIVERS))
     trying.add_argument("--dist", type=Path, required=True, help="where the packages' debs are")
     trying.add_argument("--workdir", type=Path, required=True)
@@ -95,7 +100,10 @@ def trial_command(args: argparse.Namespace) -> int:
         config = load_package(name)
         deb = args.dist / f"{name}_{config.debian_version}_all.deb"
         report = run_trials(
-            args.suite, DRIVERS[name], deb if deb.exists() else None, args.workdir.resolve()
+            args.suite or config.kernel_test_suite,
+            DRIVERS[name],
+            deb if deb.exists() else None,
+            args.workdir.resolve(),
         )
         reports.append(report)
         for boot in report["boots"]:

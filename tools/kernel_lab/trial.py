@@ -441,7 +441,10 @@ def run_trials(suite_name: str, driver: Driver, deb: Path | None, workdir: Path)
             log.write(step.output)
             modules = scenarios.installed_modules(chroot, kernel, driver.module)
             if step.ok and modules:
-                real = qemu._uncompressed(chroot.path(modules[0]), workdir / "dkms-built")
+                # A folder of its own each run: _uncompressed keeps what a folder has.
+                built = workdir / f"dkms-built-{driver.package}-{kernel.release}"
+                shutil.rmtree(built, ignore_errors=True)
+                real = qemu._uncompressed(chroot.path(modules[0]), built)
         rows = prove(
             chroot,
             kernel,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,12 @@ class Lab:
     # Simulated distribution kernel -> "build", "build with <optional code>" or the reasons
     # DKMS skips it.
     distribution_kernels: dict[str, str | tuple[str, ...]]
+    # Code built only where the kernel's own headers have the layout it was written for:
+    # name -> (the symbols a module built with it imports, a kernel header, the text in that
+    # header that leaves it out).
+    layout_gated_code: dict[str, tuple[tuple[str, ...], str, str]] = field(
+        default_factory=dict, hash=False
+    )
 
 
 def _acpi_boots(data: dict[str, Any] | None) -> AcpiBoots | None:
@@ -517,6 +523,10 @@ def load_config(path: Path) -> Config:
             distribution_kernels={
                 name: expected if isinstance(expected, str) else tuple(expected)
                 for name, expected in lab.get("distribution_kernels", {}).items()
+            },
+            layout_gated_code={
+                name: (tuple(gate["symbols"]), gate["header"], gate["absent_when"])
+                for name, gate in lab.get("layout_gated_code", {}).items()
             },
         ),
         appstream=dict(data["appstream"]),
