@@ -333,8 +333,11 @@ def prove(
     key = f"{kernel.release}@"
     rows = []
 
-    def run_boot(name: str, module: Path) -> TrialBoot:
-        initrd = make_initrd(directory / name, busybox, kernel.release, module, driver, disk_kos)
+    def run_boot(name: str, module: Path, needs: list[Path] = ()) -> TrialBoot:
+        # The kernel's own modules the module needs (rocket: DRM's) go in beside the disk's.
+        initrd = make_initrd(
+            directory / name, busybox, kernel.release, module, driver, [*disk_kos, *needs]
+        )
         result = boot(image, initrd, dtb, disk)
         result.name = name
         log(f"{name}\n{result.console}")
@@ -397,7 +400,11 @@ def prove(
         )
     )
     if real_module is not None:
-        fifth = run_boot("5-real", real_module)
+        fifth = run_boot(
+            "5-real",
+            real_module,
+            qemu.kernel_module_dependencies(chroot, kernel.release, real_module),
+        )
         version = re.search(r"LAB: version (\S+)", fifth.console)
         real_key = f"{key}{version[1] if version else '?'}"
         rows.append(
