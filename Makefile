@@ -210,12 +210,13 @@ check-kernels: deb
 
 ## check-trials: the guarded first load booted in QEMU under oops=panic panic=1, on one disk:
 ## a test-only build that oopses in its probe (boot 1 panics, boot 2 holds it), a fixed
-## version's one new trial, and the package's real module's first trial, on TRIAL_SUITE's
-## current arm64 kernel, every driver package (PACKAGES to narrow) (root)
-TRIAL_SUITE ?= bookworm
+## version's one new trial, and the package's real module's first trial, on the current
+## arm64 kernel of each package's test suite (TRIAL_SUITE=<suite> for all), every driver
+## package (PACKAGES to narrow) (root)
+TRIAL_SUITE ?=
 check-trials: deb
 	packages="$(PACKAGES)"; packages=$${packages:-$$($(BUILD_TOOL) packages | paste -sd,)}; \
-	$(PY) -m kernel_lab trial --suite $(TRIAL_SUITE) --packages $$packages --dist $(DIST) \
+	$(PY) -m kernel_lab trial --suite "$(TRIAL_SUITE)" --packages $$packages --dist $(DIST) \
 		--workdir $(BUILD)/trial-lab --json $(DIST)/kernel-trials.json
 
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations;
