@@ -24,7 +24,7 @@ PACKAGE ?= $(firstword $(sort $(basename $(notdir $(wildcard dkms/*.yaml)))))
 export UPSTREAM_GIT UPSTREAM_TARBALL AIPU_CACHE DEBIAN_MIRROR
 
 .PHONY: deps fetch patch quilt-tree deb drivers-data repo rebuild-library lint-debian autopkgtest piuparts module test test-oldest test-rootless k8s image \
-	check-images check-rocket-emu lint check-kernels bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
+	check-images check-rocket-emu lint check-kernels check-trials trial-tables bench bench-vision bench-busy bench-tables matrix-tables emu-tables serve-tables docs-tables clean
 
 # arm64 emulation is switched on again each time (a reboot or a new container loses it).
 deps: $(DEPS_STAMP)
@@ -222,6 +222,18 @@ check-kernels: deb
 	$(PY) -m kernel_lab matrix --suites $(SUITES) --kernels "$(KERNELS)" --packages $$packages \
 		--dist $(DIST) --next-dist $(BUILD)/next --next-suffix $(NEXT_SUFFIX) \
 		--src-dir $(BUILD)/lab-src --workdir $(BUILD)/lab --json $(DIST)/kernel-matrix.json
+	$(MAKE) --no-print-directory check-trials
+
+## check-trials: the guarded first load booted in QEMU under oops=panic panic=1, on one disk:
+## a test-only build that oopses in its probe (boot 1 panics, boot 2 holds it), a fixed
+## version's one new trial, and the package's real module's first trial, on the current
+## arm64 kernel of each package's test suite (TRIAL_SUITE=<suite> for all), every driver
+## package (PACKAGES to narrow) (root)
+TRIAL_SUITE ?=
+check-trials: deb
+	packages="$(PACKAGES)"; packages=$${packages:-$$($(BUILD_TOOL) packages | paste -sd,)}; \
+	$(PY) -m kernel_lab trial --suite "$(TRIAL_SUITE)" --packages $$packages --dist $(DIST) \
+		--workdir $(BUILD)/trial-lab --json $(DIST)/kernel-trials.json
 
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations;
 ## every verdict a ratio to a reference timed in the same rounds, or an instruction count; and
@@ -252,6 +264,12 @@ bench-tables: $(DEPS_STAMP)
 ## matrix-tables: docs/kernel-matrix-results.md from dist/kernel-matrix.json (make check-kernels)
 matrix-tables: $(DEPS_STAMP)
 	$(PY) -m kernel_lab.tables $(DIST)/kernel-matrix.json docs/kernel-matrix-results.md
+	$(PY) -m kernel_lab.trial_tables $(DIST)/kernel-trials.json docs/kernel-matrix-results.md
+
+## trial-tables: the first-load trials' rows of docs/kernel-matrix-results.md from
+## dist/kernel-trials.json (make check-trials), the matrix's table left as it is
+trial-tables: $(DEPS_STAMP)
+	$(PY) -m kernel_lab.trial_tables $(DIST)/kernel-trials.json docs/kernel-matrix-results.md
 
 ## emu-tables: docs/emulated-board-results.md from dist/rocket-emu.json (make check-rocket-emu)
 emu-tables: $(DEPS_STAMP)

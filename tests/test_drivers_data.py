@@ -10,7 +10,7 @@ import yaml
 
 from npuctl import drivers as npuctl_side
 from pipeline import npuctl_drivers
-from pipeline.config import PROVISION_DIR, SOCS_DIR, load_package, package_names
+from pipeline.config import MODULE_TRIAL_DIR, PROVISION_DIR, SOCS_DIR, load_package, package_names
 from pipeline.errors import BuildError
 
 from .conftest import run
@@ -67,7 +67,12 @@ def test_npuctl_reads_the_same_driver_the_package_is_built_from():
 def test_every_board_file_has_one_owner():
     owned = {f.source for name in package_names() for f in load_package(name).board_files}
     # A package's own board files, or those of the soc its description names.
-    owners = {*package_names(), *(path.stem for path in SOCS_DIR.glob("*.yaml"))}
+    # and the trial guard every driver package ships.
+    owners = {
+        *package_names(),
+        *(path.stem for path in SOCS_DIR.glob("*.yaml")),
+        MODULE_TRIAL_DIR.name,
+    }
     for name in owners:
         if not (PROVISION_DIR / name).is_dir():
             continue
@@ -104,6 +109,9 @@ def test_two_driver_lines_of_one_family_ship_their_board_files_under_their_own_n
         assert config.npuctl_platform == other.npuctl_platform
         # The same rules, rendered for each package, each under the package's own name.
         assert [f.source for f in config.board_files] == [f.source for f in other.board_files]
-        assert all(name in f.name and other.name not in f.name for f in config.board_files)
+        assert all(
+            name in f.installed_path and other.name not in f.installed_path
+            for f in config.board_files
+        )
         # One replaces the other, in both directions.
         assert other.name in config.takes_over and name in other.takes_over

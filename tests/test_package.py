@@ -85,6 +85,12 @@ def test_udev_rule_is_shipped_and_no_modules_load_entry(built_packages):
     assert not any("modules-load.d" in path for path in paths)
 
 
+def test_every_load_goes_through_the_trial_guard(built_packages):
+    entries = _contents(built_packages["deb"])
+    assert entries["/usr/libexec/aipu-dkms/module-trial"].startswith("-rwxr-xr-x")
+    assert "/usr/lib/modprobe.d/aipu-dkms-trial.conf" in entries
+
+
 def test_appstream_metadata_is_valid(built_packages, config, tmp_path):
     if shutil.which("appstreamcli") is None:
         pytest.skip("appstreamcli is missing: run 'make deps'")

@@ -116,6 +116,9 @@ def test_the_initramfs_hook_is_shipped_executable_with_its_trigger(rocket_deb, t
     # The hook's work: force_load (initramfs-tools' hook-functions) lists rocket in
     # conf/modules, so the initramfs loads it before the root file system.
     assert "force_load rocket" in hook.read_text()
+    # Only a build that finished its trial from the root file system, and is not held.
+    assert "/usr/libexec/rocket-dkms/module-trial verdict" in hook.read_text()
+    assert (tmp_path / "usr/libexec/rocket-dkms/module-trial").stat().st_mode & 0o111
 
 
 @pytest.mark.upstream

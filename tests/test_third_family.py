@@ -56,6 +56,9 @@ def test_the_pipeline_builds_its_package_lintian_clean(scratch):
     listing = run("dpkg-deb", "--contents", deb).stdout
     assert "/usr/src/demo-1.0.0+git20261126" in listing
     assert f"/usr/lib/udev/rules.d/60-{PACKAGE}.rules" in listing
+    # The guarded first load comes with every driver package, made from its description.
+    assert f"/usr/libexec/{PACKAGE}/module-trial" in listing
+    assert f"/usr/lib/modprobe.d/{PACKAGE}-trial.conf" in listing
     control = run("dpkg-deb", "--field", deb, "Package", "Depends").stdout
     assert PACKAGE in control and "dkms" in control
 

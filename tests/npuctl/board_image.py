@@ -93,7 +93,8 @@ class BoardImage:
         self.command(
             "modinfo",
             'case "$2" in filename) cat "$NPUCTL_ROOT/fixture/modinfo-'
-            'filename";; vermagic) cat "$NPUCTL_ROOT/fixture/modinfo-vermagic";; esac',
+            'filename";; vermagic) cat "$NPUCTL_ROOT/fixture/modinfo-vermagic";;'
+            f" version) echo {VERSION};; esac",
         )
 
     def dmesg(self, text: str) -> None:

@@ -46,6 +46,7 @@ def test_a_healthy_node_is_labelled(board: Board, image, models, tmp_path: Path)
     assert labels == {
         "npuctl.io/npu-family": "zhouyi",
         "npuctl.io/npu-healthy": "true",
+        "npuctl.io/driver-held": "false",
         "npuctl.io/driver-version": "5.11.0",
         "npuctl.io/library-version": "0.6.0",
         "npuctl.io/model.clip-text": "true",

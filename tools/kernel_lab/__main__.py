@@ -4,13 +4,16 @@ without an upload of its own, as the arm64 library packages, is given as itself)
 python -m kernel_lab autopkgtest [--suite S] CHANGES: the package's autopkgtest, for real.
 python -m kernel_lab piuparts [--suite S] --log FILE DEB...: install, purge, no leftovers.
 python -m kernel_lab rebuild [--suite S] --workdir DIR --out DIR DSC: dpkg-source -x and a
-cross dpkg-buildpackage -a arm64 of a source package in a clean chroot, then lintian."""
+cross dpkg-buildpackage -a arm64 of a source package in a clean chroot, then lintian.
+python -m kernel_lab trial --suite S --package P --dist D --workdir W --json F: the guarded
+first load in QEMU (kernel_lab.trial)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.config import load_package
@@ -65,6 +68,17 @@ def _parser() -> argparse.ArgumentParser:
     again.add_argument("--workdir", type=Path, required=True)
     again.add_argument("--out", type=Path, required=True, help="where the built .debs go")
     again.add_argument("dsc", type=Path)
+    trying = commands.add_parser("trial", help="the guarded first load, booted in QEMU")
+    trying.add_argument(
+        "--suite",
+        default="",
+        choices=["", *sorted(SUITES)],
+        help="default: each package's own test suite (kernel.test_suite of its description)",
+    )
+    trying.add_argument("--packages", default=",".join(DRIVERS))
+    trying.add_argument("--dist", type=Path, required=True, help="where the packages' debs are")
+    trying.add_argument("--workdir", type=Path, required=True)
+    trying.add_argument("--json", type=Path, required=True)
     return parser
 
 
@@ -76,8 +90,41 @@ def main(argv: list[str] | None = None) -> int:
         "autopkgtest": autopkgtest_command,
         "matrix": matrix_command,
         "rebuild": rebuild_command,
+        "trial": trial_command,
     }[args.command]
     return command(args)
+
+
+def trial_command(args: argparse.Namespace) -> int:
+    """Every package's proof; exit 1 when a boot did not do what it must."""
+    import json
+
+    from .trial import TRIAL_SCHEMA, run_trials
+
+    reports = []
+    for name in (name for name in args.packages.split(",") if name):
+        if name not in DRIVERS:
+            raise BuildError(f"unknown package {name}; known: {', '.join(DRIVERS)}", ExitCode.USAGE)
+        config = load_package(name)
+        deb = args.dist / f"{name}_{config.debian_version}_all.deb"
+        report = run_trials(
+            args.suite or config.kernel_test_suite,
+            DRIVERS[name],
+            deb if deb.exists() else None,
+            args.workdir.resolve(),
+        )
+        reports.append(report)
+        for boot in report["boots"]:
+            print(f"{name} {report['kernel']} {boot['boot']}: {boot['status']} ({boot['detail']})")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "schema": TRIAL_SCHEMA,
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "trials": reports,
+    }
+    args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    failed = any(boot["status"] != "ok" for r in reports for boot in r["boots"])
+    return 1 if failed else 0
 
 
 def piuparts_command(args: argparse.Namespace) -> int:

@@ -30,6 +30,11 @@ class Driver:
     optional_code: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     # Simulated distribution kernel -> "build", "build with <name>" or the reasons to skip it.
     distribution_kernels: dict[str, str | tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # Code built only where the kernel's headers have a layout: name -> (symbols, header, text
+    # that leaves it out).
+    layout_gated_code: dict[str, tuple[tuple[str, ...], str, str]] = field(
+        default_factory=dict, hash=False
+    )
 
 
 def driver(package: str) -> Driver:
@@ -59,6 +64,7 @@ def from_config(config: Config) -> Driver:
         acpi_id=config.acpi_ids[0] if config.acpi_ids else "",
         optional_code=config.lab.optional_code,
         distribution_kernels=config.lab.distribution_kernels,
+        layout_gated_code=config.lab.layout_gated_code,
     )
 
 

@@ -8,6 +8,11 @@ The chroot is amd64, so the initramfs's programs are amd64: they are replaced by
 busybox, and the rest (what the hooks decided: modules, conf/modules, the shell functions)
 is booted as mkinitramfs wrote it. The same initramfs built without the package's hook is
 the control: the module must then not load.
+
+The hook takes only a build whose first load, from the root file system, finished its trial
+(the package's module-trial guard; a load from the initramfs has nowhere to record one): an
+initramfs made before any trial must not list the module; the booted one is made after the
+lab records a finished trial of the build, as the guard writes it.
 """
 
 from __future__ import annotations
@@ -49,11 +54,14 @@ class InitramfsBoot:
     with_hook: qemu.BootResult
     without_hook: qemu.BootResult
     listed: bool  # the hook put the module in conf/modules
+    listed_untried: bool = False  # ... before the build had finished a trial
 
     def problems(self, driver: Driver) -> list[str]:
         found = []
         if not self.listed:
             found.append(f"the hook did not list {driver.module} in conf/modules")
+        if self.listed_untried:
+            found.append(f"the hook listed {driver.module} before its build finished a trial")
         if f"LAB: {driver.module} loaded from the initramfs" not in self.with_hook.console:
             found.append(f"{driver.module} was not loaded from the initramfs")
         if driver.probe_evidence not in self.with_hook.dmesg:
@@ -130,6 +138,8 @@ def boot_from_initramfs(
         tempfile.TemporaryDirectory(prefix="lab-initramfs-") as scratch,
     ):
         chroot.run(f"depmod -a {release}")
+        listed_untried = _listed_before_a_trial(chroot, release, driver)
+        _record_a_finished_trial(chroot, release, driver)
         hook = chroot.path(driver.initramfs_hook)
         saved = Path(scratch) / "hook"
         shutil.copy2(hook, saved)
@@ -154,5 +164,38 @@ def boot_from_initramfs(
                 listed = conf.exists() and driver.module in conf.read_text().split()
             results[with_hook] = qemu.boot_initrd(image, bootable, driver, directory)
             log(f"qemu initramfs boot {release} with_hook={with_hook}", results[with_hook].console)
-        chroot.run(f"rm -rf /tmp/lab-initrd-* /tmp/lab-unpacked-* /boot/config-{release}")
-    return InitramfsBoot(results[True], results[False], listed)
+        chroot.run(
+            f"rm -rf /tmp/lab-initrd-* /tmp/lab-unpacked-* /boot/config-{release} "
+            f"/var/lib/{driver.package}"
+        )
+    return InitramfsBoot(results[True], results[False], listed, listed_untried)
+
+
+def _listed_before_a_trial(chroot: Chroot, release: str, driver: Driver) -> bool:
+    """Whether the hook lists the module in an initramfs made before any trial of it."""
+    _mkinitramfs(chroot, release, "/tmp/lab-initrd-untried")
+    chroot.run("rm -rf /tmp/lab-unpacked-untried")
+    chroot.run("unmkinitramfs /tmp/lab-initrd-untried /tmp/lab-unpacked-untried")
+    conf = next(
+        (
+            path
+            for path in chroot.path("/tmp/lab-unpacked-untried").rglob("conf/modules")
+            if path.is_file()
+        ),
+        None,
+    )
+    return conf is not None and driver.module in conf.read_text().split()
+
+
+def _record_a_finished_trial(chroot: Chroot, release: str, driver: Driver) -> None:
+    """The record the package's guard writes once the build's first load bound the driver
+    (module-trial; the lab has no running arm64 kernel to load it into)."""
+    version = chroot.run(
+        f"modinfo -F version -k {release} {driver.module}", check=False
+    ).stdout.strip()
+    records = chroot.path(f"/var/lib/{driver.package}/trials")
+    records.mkdir(parents=True, exist_ok=True)
+    (records / f"{release}@{version or 'unversioned'}.passed").write_text(
+        f"module={driver.module}\nkernel={release}\nversion={version}\npassed=0\n",
+        encoding="utf-8",
+    )

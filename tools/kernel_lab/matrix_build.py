@@ -174,7 +174,37 @@ class BuildColumns(Recorder):
                         + f" {', '.join(symbols)}",
                     )
                 optional += f", {name} " + (f"on (calls {symbols[0]})" if calls else "off")
-        return Cell("ok", detail=f"{modules[0]} version {version}{optional}")
+        gated = self._layout_gated(chroot, kernel, build, modules[0])
+        if gated.startswith("failed: "):
+            return Cell("failed", detail=gated.removeprefix("failed: "))
+        return Cell("ok", detail=f"{modules[0]} version {version}{optional}{gated}")
+
+    def _layout_gated(self, chroot: Chroot, kernel: Kernel, build: Packages, module: str) -> str:
+        """Of the code built only where the kernel's headers have its layout
+        (lab.layout_gated_code): in exactly where the header lacks the text that leaves it
+        out. ', <name> on|off (...)' for each, or 'failed: <why>'."""
+        if not build.driver.layout_gated_code:
+            return ""
+        imported = distribution_kernels.imported_symbols(chroot, module)
+        trees = [
+            f"/usr/src/linux-headers-{kernel.release}",
+            *(f"/usr/src/{c}" for c in kernel.common),
+        ]
+        found = ""
+        for name, (symbols, header, absent_when) in sorted(build.driver.layout_gated_code.items()):
+            texts = [chroot.path(f"{tree}/{header}") for tree in trees]
+            text = next(
+                (path.read_text(errors="replace") for path in texts if path.is_file()), None
+            )
+            if text is None:
+                return f"failed: no {header} in {kernel.release}'s headers"
+            wanted = absent_when not in text
+            built = any(symbol in imported for symbol in symbols)
+            layout = f"{header} {'lacks' if wanted else 'has'} '{absent_when}'"
+            if built != wanted:
+                return f"failed: {name} {'in' if built else 'out'}, but {layout}"
+            found += f", {name} {'on' if built else 'off'} ({layout})"
+        return found
 
     def _build_error(self, chroot: Chroot, output: str, build: Packages) -> str:
         logs = sorted(chroot.path(f"/var/lib/dkms/{build.driver.module}").rglob("make.log"))

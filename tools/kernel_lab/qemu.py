@@ -256,10 +256,19 @@ UEFI_FIRMWARE = Path("/usr/share/qemu-efi-aarch64/QEMU_EFI.fd")
 
 
 def _qemu_command(
-    image: Path, initrd: Path | None, dtb: Path | None, extra: list[str], *, acpi: bool = False
+    image: Path,
+    initrd: Path | None,
+    dtb: Path | None,
+    extra: list[str],
+    *,
+    acpi: bool = False,
+    kernel_arguments: str = "",
 ) -> list[str]:
     # An Oops panics and the panic ends QEMU (-no-reboot) instead of hanging the guest.
+    # ``kernel_arguments`` come last: of a parameter given twice, the kernel keeps the last.
     append = "console=ttyAMA0 panic=-1 oops=panic loglevel=3 rdinit=/init"
+    if kernel_arguments:
+        append += f" {kernel_arguments}"
     firmware: list[str] = []
     if acpi:
         append += " acpi=force"

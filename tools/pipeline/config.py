@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,13 @@ DKMS_DIR = REPO_ROOT / "dkms"  # one <package>.yaml per driver package, dkms.con
 SOCS_DIR = DKMS_DIR / "socs"  # <soc>.yaml: what every driver of one board's NPU shares
 PATCHES_ROOT = REPO_ROOT / "patches"  # <package>/: a quilt series
 PROVISION_DIR = REPO_ROOT / "provision"  # board-side files: <package>/ and npuctl's
+# The guarded first load every driver package ships (provision/module-trial/, rendered with
+# the package's description; docs/drivers.md, "The first load is a trial").
+MODULE_TRIAL_DIR = PROVISION_DIR / "module-trial"
+MODULE_TRIAL_FILES = (
+    {"file": "module-trial.j2", "to": "usr/libexec/{package}", "name": "module-trial"},
+    {"file": "module-trial.conf.j2", "to": "usr/lib/modprobe.d", "name": "{package}-trial.conf"},
+)
 DEBIAN_TEMPLATES = REPO_ROOT / "debian" / "dkms"  # debian/ of every driver package
 METAINFO_TEMPLATE = REPO_ROOT / "debian" / "dkms-metainfo.xml.j2"  # its AppStream metadata
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -133,6 +140,12 @@ class Lab:
     # Simulated distribution kernel -> "build", "build with <optional code>" or the reasons
     # DKMS skips it.
     distribution_kernels: dict[str, str | tuple[str, ...]]
+    # Code built only where the kernel's own headers have the layout it was written for:
+    # name -> (the symbols a module built with it imports, a kernel header, the text in that
+    # header that leaves it out).
+    layout_gated_code: dict[str, tuple[tuple[str, ...], str, str]] = field(
+        default_factory=dict, hash=False
+    )
 
 
 def _acpi_boots(data: dict[str, Any] | None) -> AcpiBoots | None:
@@ -428,13 +441,14 @@ def _board_file(package: str, item: dict[str, Any], path: Path) -> BoardFile:
     """provision/<package>/ (or provision/<soc>/) of the tree the description is in; a soc's
     file is installed under the name its "name" gives, {package} being the package's."""
     tree = path.resolve().parent.parent
-    source = tree / PROVISION_DIR.name / str(item.get("soc", package)) / str(item["file"])
+    folder = item.get("folder") or item.get("soc", package)
+    source = tree / PROVISION_DIR.name / str(folder) / str(item["file"])
     if not source.is_file():
         raise BuildError(
             f"{path}: board file {source.relative_to(tree)} does not exist", ExitCode.USAGE
         )
     name = str(item.get("name", "")).replace("{package}", package)
-    return BoardFile(source, str(item["to"]).strip("/"), name)
+    return BoardFile(source, str(item["to"]).replace("{package}", package).strip("/"), name)
 
 
 def with_soc(data: Any, path: Path) -> Any:
@@ -511,7 +525,13 @@ def load_config(path: Path) -> Config:
         device=dict(data["device"]),
         acpi_ids=tuple(data["firmware"]["acpi_ids"]),
         compatibles=tuple(data["firmware"]["compatibles"]),
-        board_files=tuple(_board_file(name, item, path) for item in data["board_files"]),
+        board_files=tuple(
+            _board_file(name, item, path)
+            for item in [
+                *data["board_files"],
+                *({**item, "folder": MODULE_TRIAL_DIR.name} for item in MODULE_TRIAL_FILES),
+            ]
+        ),
         lab=Lab(
             device_tree_node=text("lab.device_tree_node"),
             probe_evidence=text("lab.probe_evidence"),
@@ -522,6 +542,10 @@ def load_config(path: Path) -> Config:
             distribution_kernels={
                 name: expected if isinstance(expected, str) else tuple(expected)
                 for name, expected in lab.get("distribution_kernels", {}).items()
+            },
+            layout_gated_code={
+                name: (tuple(gate["symbols"]), gate["header"], gate["absent_when"])
+                for name, gate in lab.get("layout_gated_code", {}).items()
             },
         ),
         appstream=dict(data["appstream"]),

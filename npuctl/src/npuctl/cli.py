@@ -35,6 +35,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "provision",
         "Finish the board set-up (needs root).",
     ),
+    "driver": (
+        "npuctl.commands.driver",
+        "driver",
+        "Hold or release a build of the NPU driver module (its first-load trial).",
+    ),
     "models": ("npuctl.commands.models", "models", "Manage the models npuctl knows by name."),
     "run": ("npuctl.commands.run", "run", "Run a model on the NPU."),
     "bench": (

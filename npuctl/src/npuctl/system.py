@@ -176,6 +176,9 @@ class System:
     def which(self, command: str) -> str | None:
         if self.is_real:
             return shutil.which(command)
+        if command.startswith("/"):  # a program at its place in the image
+            candidate = self.path(command)
+            return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
         for directory in (
             "/usr/local/sbin",
             "/usr/local/bin",
@@ -189,12 +192,13 @@ class System:
                 return str(candidate)
         return None
 
-    def run(self, *argv: str) -> CommandResult | None:
-        """A command's result; None when the command is not installed."""
+    def run(self, *argv: str, env: dict[str, str] | None = None) -> CommandResult | None:
+        """A command's result; None when the command is not installed. ``env`` adds to the
+        environment it runs in."""
         executable = self.which(argv[0])
         if executable is None:
             return None
-        env = {**os.environ, "LC_ALL": "C"}
+        env = {**os.environ, "LC_ALL": "C", **(env or {})}
         if not self.is_real:
             env["NPUCTL_ROOT"] = str(self.root)  # fixture scripts find their data there
         try:

@@ -94,13 +94,15 @@ def doctor(
     if bundle is not None:
         platform = report.facts.get("platform")
         driver = for_platform(str(platform)) if platform else None
+        checks = DriverChecks(system, driver, report) if driver else None
         write_bundle(
             bundle,
             report,
             system,
             __version__,
             driver.module if driver else "",
-            DriverChecks(system, driver, report).kernel_log() if driver else [],
+            checks.kernel_log() if checks else [],
+            checks.trial_files() if checks else {},
         )
         click.echo(f"support bundle: {bundle}", err=True)
     code = report.exit_code

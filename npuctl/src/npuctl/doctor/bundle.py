@@ -29,9 +29,10 @@ def write_bundle(
     version: str,
     module: str,
     kernel_log: list[str],
+    driver_files: dict[str, str] | None = None,
 ) -> None:
-    """The report, versions, the kernel log lines of the driver, and DKMS's state and build logs
-    of ``module``."""
+    """The report, versions, the kernel log lines of the driver, DKMS's state and build logs
+    of ``module``, and ``driver_files`` (name in the bundle -> text: the trial records)."""
     files: dict[str, str] = {
         "doctor.json": json.dumps(report.as_dict(version), indent=2),
         "kernel-log.txt": "\n".join(kernel_log) + "\n",
@@ -53,6 +54,7 @@ def write_bundle(
             f"/var/lib/dkms/{module}/*/*/*/log/make.log"
         ):
             files["make-logs/" + log.strip("/").replace("/", "_")] = system.read(log) or ""
+    files.update(driver_files or {})
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(
         prefix=".npuctl-bundle-", suffix=".tar.gz", dir=target.parent

@@ -11,6 +11,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import trials
 from ..drivers import Driver
 from ..modprobe import blacklistings
 from ..system import System
@@ -345,6 +346,8 @@ class DriverChecks:
             )
             if not loaded:
                 return False
+        if self.check_trial(loaded):
+            return False
         if not loaded:
             self._add(
                 "module.loaded",
@@ -354,6 +357,95 @@ class DriverChecks:
             )
             return False
         return True
+
+    # -- the guarded first load (module-trial, npuctl.trials) ---------------------------------
+
+    def check_trial(self, loaded: bool) -> bool:
+        """Whether the running kernel's build is held (and not loaded): the finding says why,
+        since when, what the trial's boot logged, and the command that releases it."""
+        system, module, release = self.system, self.driver.module, self.release
+        found = trials.records(system, self.driver)
+        held = [record for record in found if record.state == "held"]
+        self.report.facts["held_builds"] = [record.as_dict() for record in held]
+        version = trials.module_version(system, module, release)
+        mine = next((r for r in held if (r.kernel, r.version) == (release, version)), None)
+        self.report.facts["driver_held"] = mine is not None
+        others = [record for record in held if record is not mine]
+        if others:
+            self._add(
+                "module.held-elsewhere",
+                Status.WARN,
+                f"Module: {module} held for "
+                + ", ".join(f"{r.version} on {r.kernel}" for r in others),
+                "Booting that kernel leaves the NPU without its driver until it is released.",
+                fix=f"sudo npuctl driver release {module} --kernel {others[0].kernel}",
+            )
+        if mine is None:
+            return False
+        release_fix = (
+            f"sudo npuctl driver release {module} && sudo modprobe {module}   "
+            "# one new trial; after a fix: a new package version, a firmware or kernel change"
+        )
+        if mine.by_hand:
+            summary = (
+                f"Module: {module} {version} for {release} is held by hand since "
+                f"{mine.when('held')}: {mine.fields.get('note', '')}"
+            )
+            detail = "Held with 'npuctl driver hold': no boot loads it until it is released."
+        else:
+            summary = (
+                f"Module: {module} {version} for {release} is held: its first load, a trial "
+                f"started {mine.when('started')}, never finished"
+            )
+            detail = (
+                "The machine crashed, hung or was reset while the driver probed; a later boot "
+                "found the trial open and did not load this build again.\n"
+                + self._trial_boot_log(mine.fields.get("boot", ""))
+            )
+        self._add(
+            "module.held",
+            Status.WARN if loaded else Status.FAIL,
+            summary + (": loaded by hand now" if loaded else ""),
+            detail,
+            fix=release_fix if not mine.by_hand else f"sudo npuctl driver release {module}",
+        )
+        return not loaded
+
+    def _trial_boot_log(self, boot: str) -> str:
+        """The kernel log of the trial's boot, where the journal kept it."""
+        if not self.system.exists("/var/log/journal"):
+            return (
+                "The journal is not persistent (no /var/log/journal), so the kernel log of the "
+                "boot that failed is gone; 'sudo mkdir -p /var/log/journal' keeps the next one."
+            )
+        result = self.system.run("journalctl", "-k", "-b", boot, "--no-pager", "-q", "-o", "short")
+        if result is None or not result.ok or not result.stdout.strip():
+            return f"The journal has no kernel log of that boot ({boot or 'unknown'})."
+        names = {self.driver.module, self.driver.platform_driver, *self.driver.acpi_ids}
+        pattern = "|".join(
+            [re.escape(name) for name in sorted(names)]
+            + ["Unable to handle", "Internal error", "Kernel panic", "Call trace", "BUG:"]
+        )
+        lines = [line for line in result.stdout.splitlines() if re.search(pattern, line, re.I)]
+        return (
+            "The kernel log of that boot (journalctl -k -b "
+            + boot
+            + "):\n"
+            + "\n".join(lines[-12:])
+        )
+
+    def trial_files(self) -> dict[str, str]:
+        """For the support bundle: every trial record, and the whole kernel log of each
+        boot whose trial never finished, where the journal kept it."""
+        files: dict[str, str] = {}
+        for record in trials.records(self.system, self.driver):
+            files[f"trials/{record.path.rsplit('/', 1)[-1]}"] = self.system.read(record.path) or ""
+            boot = record.fields.get("boot", "")
+            if record.state == "held" and not record.by_hand and boot:
+                log = self.system.run("journalctl", "-k", "-b", boot, "--no-pager", "-q")
+                if log is not None and log.ok:
+                    files[f"trials/kernel-log-of-boot-{boot}.txt"] = log.stdout
+        return files
 
     def kernel_log(self) -> list[str]:
         """The driver's kernel log lines, when the log is readable."""

@@ -31,6 +31,8 @@ def labels(report: Report) -> dict[str, str]:
         "npu-family": label_value(facts.get("platform", "none")),
         "npu-healthy": "true" if facts.get("platform") and report.exit_code in (0, 10) else "false",
     }
+    if "driver_held" in facts:  # the running kernel's build of the driver is held
+        found["driver-held"] = "true" if facts["driver_held"] else "false"
     versions = facts.get("versions")
     if isinstance(versions, dict):
         found["driver-version"] = label_value(versions.get("kmd", ""))
