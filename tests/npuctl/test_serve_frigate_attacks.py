@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from testkit.serve_process import Server, start
+from testkit.yolo_outputs import synthetic_output
 from testkit.zmtp_peer import (
     GREETING,
     answer_of,
@@ -315,8 +316,8 @@ def test_frames_declared_large_and_sent_slowly_hold_only_what_arrived(
 
 
 # -- 6. uploads -----------------------------------------------------------------------------
-def upload_answer(port: int, name: str, data: bytes) -> dict:
-    peer = raw_peer(port, socket_type=b"REQ")
+def upload_answer(port: int, name: str, data: bytes, source: str | None = None) -> dict:
+    peer = raw_peer(port, socket_type=b"REQ", source=source)
     try:
         header = json.dumps({"model_data": True, "model_name": name}).encode()
         send_frames(peer, b"", header, data)
@@ -327,53 +328,123 @@ def upload_answer(port: int, name: str, data: bytes) -> dict:
         peer.close()
 
 
-def test_uploads_never_replace_frigates_model_nor_fill_the_disk(
-    yolo: Board, tmp_path: Path
-) -> None:
-    """With --zmq-uploads: an upload under the served model's names is refused and Frigate
-    still gets YOLOv8n's detections; one upload at a time; a name once uploaded is not
-    taken again, nor one a file in the folder has; the folder holds at most --max-uploads
-    models."""
+def model_file(tmp_path: Path, name: str, found: list[tuple]) -> Path:
+    """A detector file for the libnoe double that answers ``found`` to every frame."""
+    raw = tmp_path / f"{name}-output.bin"
+    raw.write_bytes(synthetic_output(found).tobytes())
+    return write_model(tmp_path / name, ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"])
+
+
+SAVED = {"model_saved": True, "model_loaded": True}
+FRIGATES = [(2, 0.7, 320, 320, 100, 100)]  # what Frigate's own uploaded model finds
+
+
+def test_uploads_are_their_owners_and_bounded(yolo: Board, tmp_path: Path) -> None:
+    """With --zmq-uploads: an upload under a served model's names is refused; an attacker's
+    upload under the name Frigate will ask for is served to the attacker only, and Frigate's
+    own upload of that name is taken and answers Frigate; junk uploads fill the attacker's
+    own count (--max-uploads), then all of them (--max-uploads-total), never Frigate's; an
+    earlier run's uploads are removed at start (Frigate's own, made before the restart, is
+    taken again), other files of the folder left alone."""
     uploads = tmp_path / "uploads"
-    uploads.mkdir()
-    (uploads / "old.cix").write_bytes(b"an upload of an earlier run")
-    raw = tmp_path / "other-output.bin"
-    raw.write_bytes(np.zeros(1411200, np.float16).tobytes())
-    mine = write_model(
-        tmp_path / "mine.cix", ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"]
-    ).read_bytes()
+    (uploads / "from-127.0.0.1").mkdir(parents=True)
+    (uploads / "from-127.0.0.1" / "frigates.cix").write_bytes(b"an earlier run's upload")
+    (uploads / "notes.txt").write_bytes(b"the operator's")
+    (tmp_path / "frigate").mkdir()
+    frigates = model_file(tmp_path / "frigate", "frigates.cix", FRIGATES)
+    junk = model_file(tmp_path, "junk.cix", []).read_bytes()
     server, endpoint = serve_zmq(
-        yolo.env, "--models", "yolo", "--zmq-uploads", str(uploads), "--max-uploads", "2"
-    )
+        yolo.env, "--models", "yolo", "--zmq-uploads", str(uploads),
+        "--max-uploads", "2", "--max-uploads-total", "3",
+    )  # fmt: skip
+    port = port_of(endpoint)
+    attacker = ATTACKERS[0]
+    try:
+        assert not (uploads / "from-127.0.0.1" / "frigates.cix").exists()
+        for name in ("yolov8n.cix", "YOLOV8N.onnx", "yolo"):
+            answer = upload_answer(port, name, junk, attacker)
+            assert answer["model_saved"] is False and "served here already" in answer["error"]
+        assert upload_answer(port, "frigates.cix", junk, attacker) == SAVED
+        frigate_detects(endpoint)  # still YOLOv8n's two detections
+        client = FrigateZmqClient(endpoint, str(frigates), "yologeneric", PATIENCE_MS * 30)
+        try:
+            assert client.model_ready, client.logged  # uploaded: its own, not the attacker's
+            rows = client.detect_raw(frame(np.random.default_rng(1), (1, 3, 640, 640)))
+            assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
+        finally:
+            client.close()
+        assert upload_answer(port, "more.cix", junk, attacker) == SAVED
+        full = upload_answer(port, "again.cix", junk, attacker)
+        assert "--max-uploads)" in full["error"], full
+        every = upload_answer(port, "other.cix", junk, ATTACKERS[1])
+        assert "--max-uploads-total" in every["error"], every
+        assert (uploads / "from-127.0.0.1" / "frigates.cix").read_bytes() == frigates.read_bytes()
+        assert sorted(p.name for p in (uploads / f"from-{attacker}").iterdir()) == [
+            "frigates.cix",
+            "more.cix",
+        ]
+        assert (uploads / "notes.txt").read_bytes() == b"the operator's"
+        frigate_detects(endpoint)
+    finally:
+        assert server.stop() == 0
+    assert "1 upload(s) of an earlier run removed" in server.stderr
+    assert "Traceback" not in server.stderr
+
+
+def test_a_trickled_upload_holds_no_other_upload_back(yolo: Board, tmp_path: Path) -> None:
+    """A peer declaring a 64 MB upload and sending 1 KB of it: Frigate's own upload, sent
+    meanwhile, is proven and served at once (the upload is proven one at a time once it
+    has arrived, not while it arrives)."""
+    uploads = tmp_path / "uploads"
+    frigates = model_file(tmp_path, "frigates.cix", FRIGATES)
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo", "--zmq-uploads", str(uploads))
     port = port_of(endpoint)
     try:
-        for name in ("yolov8n.cix", "YOLOV8N.onnx", "yolo"):
-            answer = upload_answer(port, name, mine)
-            assert answer["model_saved"] is False and "served here already" in answer["error"]
-        frigate_detects(endpoint)
-        holder = raw_peer(port, socket_type=b"REQ")
+        holder = raw_peer(port, socket_type=b"REQ", source=ATTACKERS[0])
         header = json.dumps({"model_data": True, "model_name": "slow.cix"}).encode()
-        holder.sendall(frames_bytes(b"", header, b"")[:-9] + struct.pack(">BQ", 2, 1 << 20))
+        holder.sendall(frames_bytes(b"", header, b"")[:-9] + struct.pack(">BQ", 2, 64 << 20))
         holder.sendall(b"\0" * 1024)
-        busy = upload_answer(port, "mine.cix", mine)
-        assert "one at a time" in busy["error"], busy
+        client = FrigateZmqClient(endpoint, str(frigates), "yologeneric", PATIENCE_MS * 30)
+        try:
+            assert client.model_ready, client.logged
+            rows = client.detect_raw(frame(np.random.default_rng(1), (1, 3, 640, 640)))
+            assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
+        finally:
+            client.close()
         holder.close()
-        deadline = time.monotonic() + 30
-        while "one at a time" in (taken := upload_answer(port, "mine.cix", mine)).get("error", ""):
-            assert time.monotonic() < deadline  # the holder's close is seen by the server
-        assert taken == {"model_saved": True, "model_loaded": True}
-        again = upload_answer(port, "mine.cix", mine)
-        assert "served here already" in again["error"]
-        earlier = upload_answer(port, "old.cix", mine)
-        assert "uploaded before" in earlier["error"]
-        full = upload_answer(port, "another.cix", mine)
-        assert "--max-uploads" in full["error"]
-        assert sorted(p.name for p in uploads.iterdir()) == ["mine.cix", "old.cix"]
-        assert (uploads / "old.cix").read_bytes() == b"an upload of an earlier run"
-        frigate_detects(endpoint)  # still YOLOv8n's two detections
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.stderr
+
+
+def test_a_reconnected_peer_keeps_the_model_it_chose(yolo: Board, tmp_path: Path) -> None:
+    """With two models served to Frigate (YOLOv8n and its own upload), its REQ socket
+    reconnecting (or its connection evicted) sends frames with no new model request: each
+    is answered by the model it chose, never no_model; a new peer that chose nothing gets
+    the only model it may name."""
+    frigates = model_file(tmp_path, "frigates.cix", FRIGATES)
+    server, endpoint = serve_zmq(
+        yolo.env, "--models", "yolo", "--zmq-uploads", str(tmp_path / "uploads")
+    )
+    port = port_of(endpoint)
+    tensor = frame(np.random.default_rng(2), (1, 3, 640, 640)).tobytes()
+    try:
+        client = FrigateZmqClient(endpoint, str(frigates), "yologeneric", PATIENCE_MS * 30)
+        assert client.model_ready, client.logged
+        client.close()
+        for _ in range(3):  # reconnected, as libzmq does, and no model request
+            peer = raw_peer(port, socket_type=b"REQ")
+            send_frames(peer, b"", json.dumps(HEADER).encode(), tensor)
+            rows = np.frombuffer(answer_of(peer), np.float32).reshape(20, 6)
+            assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
+            peer.close()
+        stranger = raw_peer(port, source=ATTACKERS[0])
+        send_frames(stranger, json.dumps(HEADER).encode(), tensor)
+        assert len(answer_of(stranger)) == 480  # YOLOv8n, the only one it may name
+        stranger.close()
+    finally:
+        assert server.stop() == 0
+    assert "no model from 127.0.0.1" not in server.stderr
 
 
 # -- 7. the log -----------------------------------------------------------------------------
@@ -572,7 +643,7 @@ def test_an_unexpected_error_costs_one_answer_and_one_line(monkeypatch, caplog) 
 
     monkeypatch.setattr(detector, "_frame_problem", broken)  # read while the frame arrives
     monkeypatch.setattr(detector, "_model_request", broken)  # when it is answered
-    monkeypatch.setattr(detector, "_sole", lambda: object())
+    monkeypatch.setattr(detector, "visible", lambda key: [object()])
 
     def client(port: int) -> list[dict]:
         peer = raw_peer(port)

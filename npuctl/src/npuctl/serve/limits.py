@@ -55,8 +55,13 @@ class Limits:
     )  # fmt: skip
     max_uploads: int = _limit(
         4, "models", 0, 1_000,
-        "Model files the --zmq-uploads folder holds at most (so at most this many times "
-        "--max-model-upload bytes); an upload that fails its proof is deleted.",
+        "Model files one address (an IPv6 /64) may upload with --zmq-uploads, each served to "
+        "that address only; an upload that fails its proof is deleted.",
+    )  # fmt: skip
+    max_uploads_total: int = _limit(
+        16, "models", 0, 10_000,
+        "Model files the --zmq-uploads folder holds from every address together (so at most "
+        "this many times --max-model-upload bytes); an earlier run's are removed at start.",
     )  # fmt: skip
     max_connections: int = _limit(
         256, "connections", 1, 10_000,
