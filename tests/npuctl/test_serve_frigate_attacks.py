@@ -354,6 +354,43 @@ def test_large_frames_sent_but_their_last_byte_pin_no_more_than_their_bound(
     assert "Traceback" not in server.stderr
 
 
+def test_many_connections_from_one_address_take_the_npu_in_turn_with_frigate(
+    yolo: Board,
+) -> None:
+    """Thirty-two connections from one address send valid frames as fast as they are
+    answered, on an NPU taking 40 ms a frame (1.3 s for all of them, past Frigate's
+    patience here, were each queued ahead of Frigate's): each address has one frame in the
+    NPU's queue at a time, so Frigate's frames wait for one of theirs, not thirty-two."""
+    server, endpoint = serve_zmq({**yolo.env, "NOE_DOUBLE_INFER_MS": "40"}, "--models", "yolo")
+    port = port_of(endpoint)
+    header = json.dumps(HEADER).encode()
+    answered = []
+    stop = threading.Event()
+
+    def flood(index: int) -> None:
+        peer = raw_peer(port, source=ATTACKERS[0])
+        try:
+            while not stop.is_set():
+                send_frames(peer, header, TENSOR)
+                answered.append(len(answer_of(peer)))
+        finally:
+            peer.close()
+
+    try:
+        frigate_detects(endpoint, 1)
+        with Attack(flood, 32):
+            try:
+                while len(answered) < 64:  # every attacker has sent, and is being answered
+                    time.sleep(0.05)  # polling the attackers' progress: no event tells it
+                frigate_detects(endpoint, 10)
+            finally:
+                stop.set()
+    finally:
+        assert server.stop() == 0
+    assert set(answered) == {480}
+    assert "Traceback" not in server.stderr
+
+
 # -- 6. uploads -----------------------------------------------------------------------------
 def upload_answer(port: int, name: str, data: bytes, source: str | None = None) -> dict:
     peer = raw_peer(port, socket_type=b"REQ", source=source)
