@@ -16,6 +16,7 @@ import random
 import socket
 import stat
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -635,6 +636,86 @@ def test_an_ipc_socket_is_its_owners_and_its_groups_only(yolo: Board, tmp_path: 
         frigate_detects(f"ipc://{socket_path}", 1)
     finally:
         assert server.stop() == 0
+
+
+def test_an_ipc_sockets_folders_ignore_a_permissive_umask(yolo: Board, tmp_path: Path) -> None:
+    """A server started with umask 000 (a container's default): the folders it makes for
+    the socket are 0755, the socket 0660, not 0777 and 0666."""
+    socket_path = tmp_path / "made" / "by" / "serve" / "frigate"
+    umask_000 = ["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, "-m", "npuctl"]
+    server = start(yolo.env, "--models", "yolo", "--zmq", f"ipc://{socket_path}", npuctl=umask_000)
+    try:
+        for folder in (tmp_path / "made", tmp_path / "made/by", tmp_path / "made/by/serve"):
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o660
+        frigate_detects(f"ipc://{socket_path}", 1)
+    finally:
+        assert server.stop() == 0
+
+
+# -- RFC 28's envelopes -----------------------------------------------------------------------
+def test_an_envelope_past_rfc_28s_bounds_closes_the_connection(yolo: Board) -> None:
+    """Nine routing frames (MAX_HOPS is eight), or one of 64 KiB (a ZeroMQ identity has at
+    most 255 bytes), before a model request: the connection is closed, Frigate served."""
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
+    port = port_of(endpoint)
+    request = json.dumps({"model_request": True, "model_name": "yolov8n.cix"}).encode()
+    try:
+        within = raw_peer(port)
+        send_frames(within, *[b"hop%d" % i for i in range(8)], b"", request)
+        assert len(message_of(within)) == 10  # eight hops, the delimiter, the answer
+        within.close()
+        for envelope in ([b"hop%d" % i for i in range(9)], [b"\x01" * 65536]):
+            peer = raw_peer(port)
+            send_frames(peer, *envelope, b"", request)
+            assert closed(peer), len(envelope)
+            peer.close()
+        frigate_detects(endpoint)
+    finally:
+        assert server.stop() == 0
+    assert "RFC 28" in server.stderr and "Traceback" not in server.stderr
+
+
+# -- what is remembered of peers -----------------------------------------------------------
+def test_peers_are_grouped_by_address_and_ipv6_slash_64() -> None:
+    """Connections count per IPv4 address, an IPv4-mapped IPv6 address as that IPv4
+    address, and per IPv6 /64 (a host given a /64 takes a fresh address at will)."""
+    from types import SimpleNamespace
+
+    from npuctl.serve.connections import Budget
+
+    budget = Budget(100, 2)
+    evicted: list[str] = []
+
+    def peer(client: str) -> SimpleNamespace:
+        made = SimpleNamespace(client=client, in_request=False, since=time.monotonic())
+        made.evict = lambda: (evicted.append(client), budget.leave(made))
+        return made
+
+    for client in ("2001:db8:1:2::1", "2001:db8:1:2:ffff::2", "2001:db8:1:2::3"):
+        assert budget.admit(peer(client))
+    assert evicted == ["2001:db8:1:2::1"]  # the third of the same /64 took the first's place
+    assert budget.admit(peer("2001:db8:1:3::1"))  # another /64: its own count
+    for client in ("127.0.0.2", "::ffff:127.0.0.2", "::ffff:7f00:2"):
+        assert budget.admit(peer(client))
+    assert evicted == ["2001:db8:1:2::1", "127.0.0.2"]
+
+
+def test_a_new_peers_problem_is_said_after_ten_thousand_others(caplog) -> None:
+    """The log's memory of whom it told about is the peers heard from last: after 10,000
+    peers' complaints, a new peer's is still said, and a repeated one still is not."""
+    import logging
+
+    from npuctl.serve.protocols.frigate import Complaints
+
+    complaints = Complaints()
+    with caplog.at_level(logging.WARNING, logger="npuctl.serve"):
+        for index in range(10_001):
+            complaints.say(f"10.{index >> 16}.{(index >> 8) & 255}.{index & 255}", "not_json", "x")
+        complaints.say("10.9.9.9", "not_json", "x")
+        complaints.say("10.9.9.9", "not_json", "x")
+    said = [r.getMessage() for r in caplog.records if "10.9.9.9" in r.getMessage()]
+    assert said == ["frigate: not json from 10.9.9.9: x"]
 
 
 # -- the parser, fuzzed -----------------------------------------------------------------------
