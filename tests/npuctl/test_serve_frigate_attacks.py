@@ -392,6 +392,121 @@ def test_many_connections_from_one_address_take_the_npu_in_turn_with_frigate(
     assert "Traceback" not in server.stderr
 
 
+def test_float_frames_flooded_from_four_peers_leave_frigate_answered(yolo: Board) -> None:
+    """Four peers send float32 frames (4.9 MB, 0..255) as fast as they are answered: each
+    answered, and Frigate's frames too (that the conversion runs beside the event loop is
+    shown below: here it takes milliseconds, where a loaded board took 70 to 150 ms)."""
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
+    port = port_of(endpoint)
+    header = json.dumps({**HEADER, "dtype": "float32"}).encode()
+    floats = np.random.default_rng(3).uniform(0, 255, 1228800).astype(np.float32).tobytes()
+    answered = []
+    stop = threading.Event()
+
+    def flood(index: int) -> None:
+        peer = raw_peer(port, source=ATTACKERS[index])
+        try:
+            while not stop.is_set():
+                send_frames(peer, header, floats)
+                answered.append(len(answer_of(peer)))
+        finally:
+            peer.close()
+
+    try:
+        frigate_detects(endpoint, 1)
+        with Attack(flood, 4):
+            try:
+                while len(answered) < 8:  # every attacker has sent, and is being answered
+                    time.sleep(0.05)  # polling the attackers' progress: no event tells it
+                frigate_detects(endpoint, 10)
+            finally:
+                stop.set()
+    finally:
+        assert server.stop() == 0
+    assert set(answered) == {480}
+    assert "Traceback" not in server.stderr
+
+
+def test_a_float_frame_is_converted_beside_the_event_loop(monkeypatch) -> None:
+    """A float32 frame's conversion to the model's uint8 pixels (and the model's own
+    preparation of them) runs in a thread, never on the event loop that reads every peer's
+    frames (the listener in this process, the NPU's side stubbed)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from npuctl.models.manifest import FrigateFacts
+    from npuctl.serve import zmtp
+    from npuctl.serve.connections import Budget
+    from npuctl.serve.limits import Limits
+    from npuctl.serve.protocols import frigate
+
+    threads: list[threading.Thread] = []
+
+    def prepare(pixels: np.ndarray) -> tuple[list[np.ndarray], object]:
+        assert pixels.dtype == np.uint8 and pixels.shape == (1, 3, 640, 640)
+        threads.append(threading.current_thread())
+        return [pixels], None
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    async def infer(key: str, tensors: list[np.ndarray]) -> tuple[list, object]:
+        return [], None
+
+    model = SimpleNamespace(
+        name="yolov8n", key="yolov8n", inputs=[SimpleNamespace(shape=[1, 3, 640, 640])]
+    )
+    model.frame = prepare
+    counter = SimpleNamespace(inc=lambda: None)
+    metrics = SimpleNamespace(errors=SimpleNamespace(labels=lambda kind: counter))
+    metrics.answered = lambda *args: None
+    service = SimpleNamespace(
+        limits=Limits(),
+        serving=SimpleNamespace(of_task=lambda task: [model]),
+        facts=lambda name: FrigateFacts("yologeneric", "nchw", "bgr", "/labelmap.txt"),
+        metrics=metrics,
+        models_loaded=nothing,
+        infer=infer,
+        answered=lambda *args: None,
+    )
+    monkeypatch.setattr(frigate.pipeline, "detections", lambda *args: [])
+    startup = SimpleNamespace(
+        service=service, options={"zmq_allow": [], "zmq_uploads": None}, upload=None
+    )
+    detector = frigate.FrigateDetector(startup)  # type: ignore[arg-type]
+    header = json.dumps({**HEADER, "dtype": "float32"}).encode()
+    floats = np.full(1228800, 0.5, np.float32).tobytes()
+
+    def client(port: int) -> bytes:
+        peer = raw_peer(port)
+        try:
+            send_frames(peer, header, floats)
+            return answer_of(peer)
+        finally:
+            peer.close()
+
+    async def scenario() -> tuple[bytes, threading.Thread]:
+        limits = zmtp.PeerLimits(10, 10, frigate.MAX_FRAMES, 10, 8 << 20)
+        listening = await zmtp.listen(
+            zmtp.Endpoint.parse("tcp://127.0.0.1:0"),
+            detector.serve_peer,
+            limits,
+            Budget(8, 8),
+            lambda client: True,
+            lambda client, why: pytest.fail(f"closed: {why}"),
+        )
+        try:
+            return await asyncio.to_thread(client, port_of(listening.where())), (
+                threading.current_thread()
+            )
+        finally:
+            await listening.close()
+
+    answer, loop_thread = asyncio.run(scenario())
+    assert len(answer) == 480
+    assert threads and loop_thread not in threads
+
+
 # -- 6. uploads -----------------------------------------------------------------------------
 def upload_answer(port: int, name: str, data: bytes, source: str | None = None) -> dict:
     peer = raw_peer(port, socket_type=b"REQ", source=source)
