@@ -323,7 +323,8 @@ def test_large_frames_sent_but_their_last_byte_pin_no_more_than_their_bound(
     """Sixty-four peers each send a float32 frame (4.9 MB) but its last byte, 313 MB held
     unbounded: the large frames being received are bounded together (the request bodies'
     share of --memory-limit, at least one model upload's 64 MiB), those past it read away
-    (and answered busy, should they end), Frigate's frames still answered; their memory
+    (and answered busy, should they end); a new frame, once they are a second old, closes
+    the slowest to take its place; Frigate's frames are answered throughout; their memory
     is given back when they close, without waiting for a collector."""
     server, endpoint = serve_zmq(yolo.env, "--models", "yolo", "--memory-limit", str(384 << 20))
     port = port_of(endpoint)
@@ -342,6 +343,14 @@ def test_large_frames_sent_but_their_last_byte_pin_no_more_than_their_bound(
                     + b"\x07" * (size - 1)
                 )
             peers.append(peer)
+        frigate_detects(endpoint)
+        deadline = time.monotonic() + 30
+        while not lines_with(server, "closed to make room for a faster frame"):
+            assert time.monotonic() < deadline  # a stalled frame is over a second old by then
+            peer = raw_peer(port, source=ATTACKERS[len(peers) % 4])
+            peer.sendall(frames_bytes(as_float, b"")[:-9] + struct.pack(">BQ", 0x02, size))
+            peers.append(peer)
+            time.sleep(0.2)  # a new frame now and then, until the stalled ones are old
         frigate_detects(endpoint)
         during = rss_mib(server.process.pid)
         for peer in peers:

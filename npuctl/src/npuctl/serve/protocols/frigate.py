@@ -39,6 +39,7 @@ from ...models.manifest import FrigateFacts
 from .. import pipeline, zmtp
 from ..connections import Budget, client_key
 from ..errors import ApiError
+from ..limits import DEFAULT_PARTIAL_FRAMES
 from ..models import DETECTION, ServedModel
 from ..protocol import Listener, Running, Startup
 from ..service import Service
@@ -797,15 +798,16 @@ class Listeners:
 def _peer_limits(detector: FrigateDetector) -> zmtp.PeerLimits:
     limits, budget = detector.service.limits, detector.service.budget
     largest = detector.largest_frame() + HEADER_MAX
+    arriving = limits.max_partial_frames or min(
+        budget.bodies if budget is not None else 0, DEFAULT_PARTIAL_FRAMES
+    )
     return zmtp.PeerLimits(
         limits.head_timeout,
         limits.body_timeout,
         MAX_FRAMES,
         limits.send_timeout,
         largest,
-        # The large frames being received hold at most the request bodies' share of the
-        # memory budget together (and always room for one of the largest).
-        zmtp.LargeFrames(max(budget.bodies if budget is not None else 0, largest)),
+        zmtp.LargeFrames(max(arriving, largest)),  # always room for one of the largest
     )
 
 
