@@ -8,13 +8,15 @@ bound (a ZMTP client that sends frames with the MORE flag and never a last one f
 server's memory; measured: 900 MB from one unauthenticated TCP peer, with ZMQ_MAXMSGSIZE and
 ZMQ_RCVHWM set), and they offer no limit on connections. Here every frame's size is checked
 from its header before its bytes are read, against what the message so far allows, and a
-large frame takes memory only as its bytes arrive; a message has at most a few frames, one
-of them empty, and a few commands, and must arrive within its timeout; a message over a
-limit is read away and answered while what it sends stays near what a message may hold, and
-past that the connection is closed; a connection reads its next message only once the last
-is answered, and an answer the peer does not take within its timeout closes it (PONGs are
-dropped while an answer waits); and connections are counted per listener and per address,
-as the HTTP side counts them (.connections.Budget), a peer not being answered making room.
+large frame takes memory only as its bytes arrive, the large frames of every connection
+bounded together (.LargeFrames: the slowest closed to make room); a message has at most a
+few frames, one of them empty, and a few commands, and must arrive within its timeout; a
+message over a limit is read away and answered while what it sends stays near what a message
+may hold, and past that the connection is closed; a connection reads its next message only
+once the last is answered, and an answer the peer does not take within its timeout closes it
+(PONGs are dropped while an answer waits); and connections are counted per listener and per
+address, as the HTTP side counts them (.connections.Budget), a peer not being answered
+making room.
 
 Routing envelopes (RFC 28): a REQ peer puts an empty delimiter before its message, a DEALER
 behind a ROUTER/DEALER proxy one routing frame per hop and then the delimiter, a DEALER of

@@ -125,7 +125,8 @@ OPTIONS = (
         envvar="NPUCTL_SERVE_ZMQ_UPLOADS",
         show_envvar=True,
         help="Take the model files Frigate uploads into this folder (each proven in a child "
-        "process first, at most --max-model-upload bytes) [default: uploads are refused].",
+        "process first, at most --max-model-upload bytes, served only to the address that "
+        "uploaded it, for this run) [default: uploads are refused].",
     ),
 )
 
