@@ -94,7 +94,7 @@ def test_what_frigate_uploaded_to_the_server_is_told(board, image, models):
     sent it, and a warning with the server's reason for one it does not serve."""
     record = [
         {"name": "mine.cix", "bytes": 4500000, "sha256": "ab" * 32, "peer": "192.168.1.20",
-         "at": "2026-11-28T10:00:00Z", "loaded": True},
+         "owner": "192.168.1.20", "at": "2026-11-28T10:00:00Z", "loaded": True},
         {"name": "broken.cix", "bytes": 12, "sha256": "cd" * 32, "peer": "192.168.1.20",
          "at": "2026-11-28T10:01:00Z", "loaded": False, "error": "loading it crashed libnoe"},
     ]  # fmt: skip
@@ -104,7 +104,8 @@ def test_what_frigate_uploaded_to_the_server_is_told(board, image, models):
     code, checks = doctor(board, image)
     served, failed = checks["serve.frigate_upload.1"], checks["serve.frigate_upload.2"]
     assert served["status"] == "info" and "mine.cix" in served["summary"]
-    assert "from 192.168.1.20" in served["summary"] and served["summary"].endswith("served")
+    assert "from 192.168.1.20" in served["summary"]
+    assert served["summary"].endswith("served to 192.168.1.20")
     assert failed["status"] == "warning" and "crashed libnoe" in failed["detail"]
     assert failed["fix"]
     assert code == 10  # usable, with warnings

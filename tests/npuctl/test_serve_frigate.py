@@ -224,12 +224,13 @@ def test_an_allowed_upload_is_proven_served_and_told(yolo: Board, tmp_path: Path
         assert client.model_ready, client.logged
         rows = client.detect_raw(frame(np.random.default_rng(5), (1, 3, 640, 640)))
         assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
-        assert (uploads / "mine.cix").read_bytes() == upload.read_bytes()
+        assert (uploads / "from-unix" / "mine.cix").read_bytes() == upload.read_bytes()
         client.close()
         refused = FrigateZmqClient(f"ipc://{tmp_path / 'z.sock'}", str(broken), "yologeneric", 5000)
         assert not refused.model_ready
         assert "Model transfer failed: saved=False, loaded=False" in refused.logged
-        assert sorted(p.name for p in uploads.iterdir()) == ["mine.cix"]  # unproven: deleted
+        kept = sorted(p.name for p in (uploads / "from-unix").iterdir())
+        assert kept == ["mine.cix"]  # unproven: deleted
         refused.close()
         assert server.request("GET", "/ready").status == 200
         record = json.loads((runtime / "frigate-uploads.json").read_text())

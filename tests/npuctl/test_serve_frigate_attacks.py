@@ -9,12 +9,14 @@ its latency against the 200 ms itself is make bench's (bench.hostile, the ZeroMQ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import random
 import socket
 import stat
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ import numpy as np
 import pytest
 
 from testkit.serve_process import Server, start
+from testkit.yolo_outputs import synthetic_output
 from testkit.zmtp_peer import (
     GREETING,
     answer_of,
@@ -314,9 +317,208 @@ def test_frames_declared_large_and_sent_slowly_hold_only_what_arrived(
     assert "Traceback" not in server.stderr
 
 
+def test_large_frames_sent_but_their_last_byte_pin_no_more_than_their_bound(
+    yolo: Board,
+) -> None:
+    """Sixty-four peers each send a float32 frame (4.9 MB) but its last byte, 313 MB held
+    unbounded: the large frames being received are bounded together (the request bodies'
+    share of --memory-limit, at least one model upload's 64 MiB), those past it read away
+    (and answered busy, should they end); a new frame, once they are a second old, closes
+    the slowest to take its place; Frigate's frames are answered throughout; their memory
+    is given back when they close, without waiting for a collector."""
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo", "--memory-limit", str(384 << 20))
+    port = port_of(endpoint)
+    as_float = json.dumps({**HEADER, "dtype": "float32"}).encode()
+    size = 4 * 1228800
+    try:
+        frigate_detects(endpoint, 1)
+        before = rss_mib(server.process.pid)
+        peers = []
+        for index in range(64):
+            peer = raw_peer(port, source=ATTACKERS[index % 4])
+            with contextlib.suppress(OSError):  # closed to make room: the server's choice
+                peer.sendall(
+                    frames_bytes(as_float, b"")[:-9]
+                    + struct.pack(">BQ", 0x02, size)
+                    + b"\x07" * (size - 1)
+                )
+            peers.append(peer)
+        frigate_detects(endpoint)
+        deadline = time.monotonic() + 30
+        while not lines_with(server, "closed to make room for a faster frame"):
+            assert time.monotonic() < deadline  # a stalled frame is over a second old by then
+            peer = raw_peer(port, source=ATTACKERS[len(peers) % 4])
+            peer.sendall(frames_bytes(as_float, b"")[:-9] + struct.pack(">BQ", 0x02, size))
+            peers.append(peer)
+            time.sleep(0.2)  # a new frame now and then, until the stalled ones are old
+        frigate_detects(endpoint)
+        during = rss_mib(server.process.pid)
+        for peer in peers:
+            peer.close()
+        frigate_detects(endpoint)
+        after = rss_mib(server.process.pid)
+    finally:
+        assert server.stop() == 0
+    assert during - before < 64 + MEMORY_BOUND_MIB, (before, during)  # 313 unbounded
+    assert after - before < MEMORY_BOUND_MIB, (before, after)
+    assert "Traceback" not in server.stderr
+
+
+def test_many_connections_from_one_address_take_the_npu_in_turn_with_frigate(
+    yolo: Board,
+) -> None:
+    """Thirty-two connections from one address send valid frames as fast as they are
+    answered, on an NPU taking 40 ms a frame (1.3 s for all of them, past Frigate's
+    patience here, were each queued ahead of Frigate's): each address has one frame in the
+    NPU's queue at a time, so Frigate's frames wait for one of theirs, not thirty-two."""
+    server, endpoint = serve_zmq({**yolo.env, "NOE_DOUBLE_INFER_MS": "40"}, "--models", "yolo")
+    port = port_of(endpoint)
+    header = json.dumps(HEADER).encode()
+    answered = []
+    stop = threading.Event()
+
+    def flood(index: int) -> None:
+        peer = raw_peer(port, source=ATTACKERS[0])
+        try:
+            while not stop.is_set():
+                send_frames(peer, header, TENSOR)
+                answered.append(len(answer_of(peer)))
+        finally:
+            peer.close()
+
+    try:
+        frigate_detects(endpoint, 1)
+        with Attack(flood, 32):
+            try:
+                while len(answered) < 64:  # every attacker has sent, and is being answered
+                    time.sleep(0.05)  # polling the attackers' progress: no event tells it
+                frigate_detects(endpoint, 10)
+            finally:
+                stop.set()
+    finally:
+        assert server.stop() == 0
+    assert set(answered) == {480}
+    assert "Traceback" not in server.stderr
+
+
+def test_float_frames_flooded_from_four_peers_leave_frigate_answered(yolo: Board) -> None:
+    """Four peers send float32 frames (4.9 MB, 0..255) as fast as they are answered: each
+    answered, and Frigate's frames too (that the conversion runs beside the event loop is
+    shown below: here it takes milliseconds, where a loaded board took 70 to 150 ms)."""
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
+    port = port_of(endpoint)
+    header = json.dumps({**HEADER, "dtype": "float32"}).encode()
+    floats = np.random.default_rng(3).uniform(0, 255, 1228800).astype(np.float32).tobytes()
+    answered = []
+    stop = threading.Event()
+
+    def flood(index: int) -> None:
+        peer = raw_peer(port, source=ATTACKERS[index])
+        try:
+            while not stop.is_set():
+                send_frames(peer, header, floats)
+                answered.append(len(answer_of(peer)))
+        finally:
+            peer.close()
+
+    try:
+        frigate_detects(endpoint, 1)
+        with Attack(flood, 4):
+            try:
+                while len(answered) < 8:  # every attacker has sent, and is being answered
+                    time.sleep(0.05)  # polling the attackers' progress: no event tells it
+                frigate_detects(endpoint, 10)
+            finally:
+                stop.set()
+    finally:
+        assert server.stop() == 0
+    assert set(answered) == {480}
+    assert "Traceback" not in server.stderr
+
+
+def test_a_float_frame_is_converted_beside_the_event_loop(monkeypatch) -> None:
+    """A float32 frame's conversion to the model's uint8 pixels (and the model's own
+    preparation of them) runs in a thread, never on the event loop that reads every peer's
+    frames (the listener in this process, the NPU's side stubbed)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from npuctl.models.manifest import FrigateFacts
+    from npuctl.serve import zmtp
+    from npuctl.serve.connections import Budget
+    from npuctl.serve.limits import Limits
+    from npuctl.serve.protocols import frigate
+
+    threads: list[threading.Thread] = []
+
+    def prepare(pixels: np.ndarray) -> tuple[list[np.ndarray], object]:
+        assert pixels.dtype == np.uint8 and pixels.shape == (1, 3, 640, 640)
+        threads.append(threading.current_thread())
+        return [pixels], None
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    async def infer(key: str, tensors: list[np.ndarray]) -> tuple[list, object]:
+        return [], None
+
+    model = SimpleNamespace(
+        name="yolov8n", key="yolov8n", inputs=[SimpleNamespace(shape=[1, 3, 640, 640])]
+    )
+    model.frame = prepare
+    counter = SimpleNamespace(inc=lambda: None)
+    metrics = SimpleNamespace(errors=SimpleNamespace(labels=lambda kind: counter))
+    metrics.answered = lambda *args: None
+    service = SimpleNamespace(
+        limits=Limits(),
+        serving=SimpleNamespace(of_task=lambda task: [model]),
+        facts=lambda name: FrigateFacts("yologeneric", "nchw", "bgr", "/labelmap.txt"),
+        metrics=metrics,
+        models_loaded=nothing,
+        infer=infer,
+        answered=lambda *args: None,
+    )
+    monkeypatch.setattr(frigate.pipeline, "detections", lambda *args: [])
+    startup = SimpleNamespace(
+        service=service, options={"zmq_allow": [], "zmq_uploads": None}, upload=None
+    )
+    detector = frigate.FrigateDetector(startup)  # type: ignore[arg-type]
+    header = json.dumps({**HEADER, "dtype": "float32"}).encode()
+    floats = np.full(1228800, 0.5, np.float32).tobytes()
+
+    def client(port: int) -> bytes:
+        peer = raw_peer(port)
+        try:
+            send_frames(peer, header, floats)
+            return answer_of(peer)
+        finally:
+            peer.close()
+
+    async def scenario() -> tuple[bytes, threading.Thread]:
+        limits = zmtp.PeerLimits(10, 10, frigate.MAX_FRAMES, 10, 8 << 20)
+        listening = await zmtp.listen(
+            zmtp.Endpoint.parse("tcp://127.0.0.1:0"),
+            detector.serve_peer,
+            limits,
+            Budget(8, 8),
+            lambda client: True,
+            lambda client, why: pytest.fail(f"closed: {why}"),
+        )
+        try:
+            return await asyncio.to_thread(client, port_of(listening.where())), (
+                threading.current_thread()
+            )
+        finally:
+            await listening.close()
+
+    answer, loop_thread = asyncio.run(scenario())
+    assert len(answer) == 480
+    assert threads and loop_thread not in threads
+
+
 # -- 6. uploads -----------------------------------------------------------------------------
-def upload_answer(port: int, name: str, data: bytes) -> dict:
-    peer = raw_peer(port, socket_type=b"REQ")
+def upload_answer(port: int, name: str, data: bytes, source: str | None = None) -> dict:
+    peer = raw_peer(port, socket_type=b"REQ", source=source)
     try:
         header = json.dumps({"model_data": True, "model_name": name}).encode()
         send_frames(peer, b"", header, data)
@@ -327,53 +529,123 @@ def upload_answer(port: int, name: str, data: bytes) -> dict:
         peer.close()
 
 
-def test_uploads_never_replace_frigates_model_nor_fill_the_disk(
-    yolo: Board, tmp_path: Path
-) -> None:
-    """With --zmq-uploads: an upload under the served model's names is refused and Frigate
-    still gets YOLOv8n's detections; one upload at a time; a name once uploaded is not
-    taken again, nor one a file in the folder has; the folder holds at most --max-uploads
-    models."""
+def model_file(tmp_path: Path, name: str, found: list[tuple]) -> Path:
+    """A detector file for the libnoe double that answers ``found`` to every frame."""
+    raw = tmp_path / f"{name}-output.bin"
+    raw.write_bytes(synthetic_output(found).tobytes())
+    return write_model(tmp_path / name, ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"])
+
+
+SAVED = {"model_saved": True, "model_loaded": True}
+FRIGATES = [(2, 0.7, 320, 320, 100, 100)]  # what Frigate's own uploaded model finds
+
+
+def test_uploads_are_their_owners_and_bounded(yolo: Board, tmp_path: Path) -> None:
+    """With --zmq-uploads: an upload under a served model's names is refused; an attacker's
+    upload under the name Frigate will ask for is served to the attacker only, and Frigate's
+    own upload of that name is taken and answers Frigate; junk uploads fill the attacker's
+    own count (--max-uploads), then all of them (--max-uploads-total), never Frigate's; an
+    earlier run's uploads are removed at start (Frigate's own, made before the restart, is
+    taken again), other files of the folder left alone."""
     uploads = tmp_path / "uploads"
-    uploads.mkdir()
-    (uploads / "old.cix").write_bytes(b"an upload of an earlier run")
-    raw = tmp_path / "other-output.bin"
-    raw.write_bytes(np.zeros(1411200, np.float16).tobytes())
-    mine = write_model(
-        tmp_path / "mine.cix", ["U8 1228800 255.0 0"], [f"F16 1411200 1.0 0 {raw}"]
-    ).read_bytes()
+    (uploads / "from-127.0.0.1").mkdir(parents=True)
+    (uploads / "from-127.0.0.1" / "frigates.cix").write_bytes(b"an earlier run's upload")
+    (uploads / "notes.txt").write_bytes(b"the operator's")
+    (tmp_path / "frigate").mkdir()
+    frigates = model_file(tmp_path / "frigate", "frigates.cix", FRIGATES)
+    junk = model_file(tmp_path, "junk.cix", []).read_bytes()
     server, endpoint = serve_zmq(
-        yolo.env, "--models", "yolo", "--zmq-uploads", str(uploads), "--max-uploads", "2"
-    )
+        yolo.env, "--models", "yolo", "--zmq-uploads", str(uploads),
+        "--max-uploads", "2", "--max-uploads-total", "3",
+    )  # fmt: skip
+    port = port_of(endpoint)
+    attacker = ATTACKERS[0]
+    try:
+        assert not (uploads / "from-127.0.0.1" / "frigates.cix").exists()
+        for name in ("yolov8n.cix", "YOLOV8N.onnx", "yolo"):
+            answer = upload_answer(port, name, junk, attacker)
+            assert answer["model_saved"] is False and "served here already" in answer["error"]
+        assert upload_answer(port, "frigates.cix", junk, attacker) == SAVED
+        frigate_detects(endpoint)  # still YOLOv8n's two detections
+        client = FrigateZmqClient(endpoint, str(frigates), "yologeneric", PATIENCE_MS * 30)
+        try:
+            assert client.model_ready, client.logged  # uploaded: its own, not the attacker's
+            rows = client.detect_raw(frame(np.random.default_rng(1), (1, 3, 640, 640)))
+            assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
+        finally:
+            client.close()
+        assert upload_answer(port, "more.cix", junk, attacker) == SAVED
+        full = upload_answer(port, "again.cix", junk, attacker)
+        assert "--max-uploads)" in full["error"], full
+        every = upload_answer(port, "other.cix", junk, ATTACKERS[1])
+        assert "--max-uploads-total" in every["error"], every
+        assert (uploads / "from-127.0.0.1" / "frigates.cix").read_bytes() == frigates.read_bytes()
+        assert sorted(p.name for p in (uploads / f"from-{attacker}").iterdir()) == [
+            "frigates.cix",
+            "more.cix",
+        ]
+        assert (uploads / "notes.txt").read_bytes() == b"the operator's"
+        frigate_detects(endpoint)
+    finally:
+        assert server.stop() == 0
+    assert "1 upload(s) of an earlier run removed" in server.stderr
+    assert "Traceback" not in server.stderr
+
+
+def test_a_trickled_upload_holds_no_other_upload_back(yolo: Board, tmp_path: Path) -> None:
+    """A peer declaring a 64 MB upload and sending 1 KB of it: Frigate's own upload, sent
+    meanwhile, is proven and served at once (the upload is proven one at a time once it
+    has arrived, not while it arrives)."""
+    uploads = tmp_path / "uploads"
+    frigates = model_file(tmp_path, "frigates.cix", FRIGATES)
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo", "--zmq-uploads", str(uploads))
     port = port_of(endpoint)
     try:
-        for name in ("yolov8n.cix", "YOLOV8N.onnx", "yolo"):
-            answer = upload_answer(port, name, mine)
-            assert answer["model_saved"] is False and "served here already" in answer["error"]
-        frigate_detects(endpoint)
-        holder = raw_peer(port, socket_type=b"REQ")
+        holder = raw_peer(port, socket_type=b"REQ", source=ATTACKERS[0])
         header = json.dumps({"model_data": True, "model_name": "slow.cix"}).encode()
-        holder.sendall(frames_bytes(b"", header, b"")[:-9] + struct.pack(">BQ", 2, 1 << 20))
+        holder.sendall(frames_bytes(b"", header, b"")[:-9] + struct.pack(">BQ", 2, 64 << 20))
         holder.sendall(b"\0" * 1024)
-        busy = upload_answer(port, "mine.cix", mine)
-        assert "one at a time" in busy["error"], busy
+        client = FrigateZmqClient(endpoint, str(frigates), "yologeneric", PATIENCE_MS * 30)
+        try:
+            assert client.model_ready, client.logged
+            rows = client.detect_raw(frame(np.random.default_rng(1), (1, 3, 640, 640)))
+            assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
+        finally:
+            client.close()
         holder.close()
-        deadline = time.monotonic() + 30
-        while "one at a time" in (taken := upload_answer(port, "mine.cix", mine)).get("error", ""):
-            assert time.monotonic() < deadline  # the holder's close is seen by the server
-        assert taken == {"model_saved": True, "model_loaded": True}
-        again = upload_answer(port, "mine.cix", mine)
-        assert "served here already" in again["error"]
-        earlier = upload_answer(port, "old.cix", mine)
-        assert "uploaded before" in earlier["error"]
-        full = upload_answer(port, "another.cix", mine)
-        assert "--max-uploads" in full["error"]
-        assert sorted(p.name for p in uploads.iterdir()) == ["mine.cix", "old.cix"]
-        assert (uploads / "old.cix").read_bytes() == b"an upload of an earlier run"
-        frigate_detects(endpoint)  # still YOLOv8n's two detections
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.stderr
+
+
+def test_a_reconnected_peer_keeps_the_model_it_chose(yolo: Board, tmp_path: Path) -> None:
+    """With two models served to Frigate (YOLOv8n and its own upload), its REQ socket
+    reconnecting (or its connection evicted) sends frames with no new model request: each
+    is answered by the model it chose, never no_model; a new peer that chose nothing gets
+    the only model it may name."""
+    frigates = model_file(tmp_path, "frigates.cix", FRIGATES)
+    server, endpoint = serve_zmq(
+        yolo.env, "--models", "yolo", "--zmq-uploads", str(tmp_path / "uploads")
+    )
+    port = port_of(endpoint)
+    tensor = frame(np.random.default_rng(2), (1, 3, 640, 640)).tobytes()
+    try:
+        client = FrigateZmqClient(endpoint, str(frigates), "yologeneric", PATIENCE_MS * 30)
+        assert client.model_ready, client.logged
+        client.close()
+        for _ in range(3):  # reconnected, as libzmq does, and no model request
+            peer = raw_peer(port, socket_type=b"REQ")
+            send_frames(peer, b"", json.dumps(HEADER).encode(), tensor)
+            rows = np.frombuffer(answer_of(peer), np.float32).reshape(20, 6)
+            assert [(c, round(s, 2)) for c, s, _ in rows_of(rows)] == [(2, 0.7)]
+            peer.close()
+        stranger = raw_peer(port, source=ATTACKERS[0])
+        send_frames(stranger, json.dumps(HEADER).encode(), tensor)
+        assert len(answer_of(stranger)) == 480  # YOLOv8n, the only one it may name
+        stranger.close()
+    finally:
+        assert server.stop() == 0
+    assert "no model from 127.0.0.1" not in server.stderr
 
 
 # -- 7. the log -----------------------------------------------------------------------------
@@ -490,6 +762,86 @@ def test_an_ipc_socket_is_its_owners_and_its_groups_only(yolo: Board, tmp_path: 
         assert server.stop() == 0
 
 
+def test_an_ipc_sockets_folders_ignore_a_permissive_umask(yolo: Board, tmp_path: Path) -> None:
+    """A server started with umask 000 (a container's default): the folders it makes for
+    the socket are 0755, the socket 0660, not 0777 and 0666."""
+    socket_path = tmp_path / "made" / "by" / "serve" / "frigate"
+    umask_000 = ["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, "-m", "npuctl"]
+    server = start(yolo.env, "--models", "yolo", "--zmq", f"ipc://{socket_path}", npuctl=umask_000)
+    try:
+        for folder in (tmp_path / "made", tmp_path / "made/by", tmp_path / "made/by/serve"):
+            assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o660
+        frigate_detects(f"ipc://{socket_path}", 1)
+    finally:
+        assert server.stop() == 0
+
+
+# -- RFC 28's envelopes -----------------------------------------------------------------------
+def test_an_envelope_past_rfc_28s_bounds_closes_the_connection(yolo: Board) -> None:
+    """Nine routing frames (MAX_HOPS is eight), or one of 64 KiB (a ZeroMQ identity has at
+    most 255 bytes), before a model request: the connection is closed, Frigate served."""
+    server, endpoint = serve_zmq(yolo.env, "--models", "yolo")
+    port = port_of(endpoint)
+    request = json.dumps({"model_request": True, "model_name": "yolov8n.cix"}).encode()
+    try:
+        within = raw_peer(port)
+        send_frames(within, *[b"hop%d" % i for i in range(8)], b"", request)
+        assert len(message_of(within)) == 10  # eight hops, the delimiter, the answer
+        within.close()
+        for envelope in ([b"hop%d" % i for i in range(9)], [b"\x01" * 65536]):
+            peer = raw_peer(port)
+            send_frames(peer, *envelope, b"", request)
+            assert closed(peer), len(envelope)
+            peer.close()
+        frigate_detects(endpoint)
+    finally:
+        assert server.stop() == 0
+    assert "RFC 28" in server.stderr and "Traceback" not in server.stderr
+
+
+# -- what is remembered of peers -----------------------------------------------------------
+def test_peers_are_grouped_by_address_and_ipv6_slash_64() -> None:
+    """Connections count per IPv4 address, an IPv4-mapped IPv6 address as that IPv4
+    address, and per IPv6 /64 (a host given a /64 takes a fresh address at will)."""
+    from types import SimpleNamespace
+
+    from npuctl.serve.connections import Budget
+
+    budget = Budget(100, 2)
+    evicted: list[str] = []
+
+    def peer(client: str) -> SimpleNamespace:
+        made = SimpleNamespace(client=client, in_request=False, since=time.monotonic())
+        made.evict = lambda: (evicted.append(client), budget.leave(made))
+        return made
+
+    for client in ("2001:db8:1:2::1", "2001:db8:1:2:ffff::2", "2001:db8:1:2::3"):
+        assert budget.admit(peer(client))
+    assert evicted == ["2001:db8:1:2::1"]  # the third of the same /64 took the first's place
+    assert budget.admit(peer("2001:db8:1:3::1"))  # another /64: its own count
+    for client in ("127.0.0.2", "::ffff:127.0.0.2", "::ffff:7f00:2"):
+        assert budget.admit(peer(client))
+    assert evicted == ["2001:db8:1:2::1", "127.0.0.2"]
+
+
+def test_a_new_peers_problem_is_said_after_ten_thousand_others(caplog) -> None:
+    """The log's memory of whom it told about is the peers heard from last: after 10,000
+    peers' complaints, a new peer's is still said, and a repeated one still is not."""
+    import logging
+
+    from npuctl.serve.protocols.frigate import Complaints
+
+    complaints = Complaints()
+    with caplog.at_level(logging.WARNING, logger="npuctl.serve"):
+        for index in range(10_001):
+            complaints.say(f"10.{index >> 16}.{(index >> 8) & 255}.{index & 255}", "not_json", "x")
+        complaints.say("10.9.9.9", "not_json", "x")
+        complaints.say("10.9.9.9", "not_json", "x")
+    said = [r.getMessage() for r in caplog.records if "10.9.9.9" in r.getMessage()]
+    assert said == ["frigate: not json from 10.9.9.9: x"]
+
+
 # -- the parser, fuzzed -----------------------------------------------------------------------
 def random_zmtp(rng: random.Random) -> bytes:
     """Bytes near ZMTP: frames and commands with random flags and sizes (some declared far
@@ -572,7 +924,7 @@ def test_an_unexpected_error_costs_one_answer_and_one_line(monkeypatch, caplog) 
 
     monkeypatch.setattr(detector, "_frame_problem", broken)  # read while the frame arrives
     monkeypatch.setattr(detector, "_model_request", broken)  # when it is answered
-    monkeypatch.setattr(detector, "_sole", lambda: object())
+    monkeypatch.setattr(detector, "visible", lambda key: [object()])
 
     def client(port: int) -> list[dict]:
         peer = raw_peer(port)

@@ -103,7 +103,8 @@ def _upload_finding(report: Report, finding_id: str, record: object) -> None:
         f"{str(record.get('at'))[:20]}"
     )
     if record.get("loaded"):
-        report.add(Finding(finding_id, "serving", Status.INFO, f"{what}: served"))
+        owner = str(record.get("owner") or record.get("peer"))[:60]
+        report.add(Finding(finding_id, "serving", Status.INFO, f"{what}: served to {owner}"))
         return
     report.add(
         Finding(

@@ -20,6 +20,8 @@ aiohttp's that watches only that, and writes no HTTP itself:
 from __future__ import annotations
 
 import asyncio
+import functools
+import ipaddress
 import re
 import socket
 import stat
@@ -60,6 +62,22 @@ class Connection(Protocol):
     def evict(self) -> None: ...
 
 
+@functools.lru_cache(maxsize=4096)
+def client_key(client: str) -> str:
+    """What connections are counted under as one client: an IPv4 address (an IPv4-mapped
+    IPv6 one as that IPv4 address), an IPv6 address's /64 (the least a host is given, so one
+    host cannot take a fresh address for each connection), any other name as itself."""
+    try:
+        address = ipaddress.ip_address(client.partition("%")[0])
+    except ValueError:
+        return client
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
 @dataclass
 class Budget:
     """The connections of one listener: at most ``limit`` in all and ``per_client`` from one
@@ -71,7 +89,8 @@ class Budget:
 
     def admit(self, newcomer: Connection) -> bool:
         """Whether ``newcomer`` may stay; makes room by closing an unserved connection."""
-        same = [g for g in self.open if g.client == newcomer.client]
+        key = client_key(newcomer.client)
+        same = [g for g in self.open if client_key(g.client) == key]
         for crowd, limit in ((same, self.per_client), (self.open, self.limit)):
             if len(crowd) >= limit:
                 idle = [g for g in crowd if not g.in_request]

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 MiB = 1024 * 1024
+DEFAULT_PARTIAL_FRAMES = 256 * MiB  # --max-partial-frames' most when derived
 ENVIRONMENT_PREFIX = "NPUCTL_SERVE_"
 
 
@@ -62,8 +63,21 @@ class Limits:
     )  # fmt: skip
     max_uploads: int = _limit(
         4, "models", 0, 1_000,
-        "Model files the --zmq-uploads folder holds at most (so at most this many times "
-        "--max-model-upload bytes); an upload that fails its proof is deleted.",
+        "Model files one address (an IPv6 /64) may upload with --zmq-uploads, each served to "
+        "that address only; an upload that fails its proof is deleted.",
+    )  # fmt: skip
+    max_uploads_total: int = _limit(
+        16, "models", 0, 10_000,
+        "Model files the --zmq-uploads folder holds from every address together (so at most "
+        "this many times --max-model-upload bytes); an earlier run's are removed at start.",
+    )  # fmt: skip
+    max_partial_frames: int = _limit(
+        0, "bytes", 0, 1 << 40,
+        "Bytes of the large ZeroMQ frames (Frigate's tensors, model files) being received at "
+        "once, all connections together, never less than one of the largest; a new one that "
+        "does not fit closes the slowest that began over a second ago, else is refused (0: "
+        "the request bodies' share of --memory-limit, at most 256 MiB).",
+        derived="the request bodies' share, at most 256 MiB",
     )  # fmt: skip
     max_connections: int = _limit(
         256, "connections", 1, 10_000,

@@ -8,13 +8,15 @@ bound (a ZMTP client that sends frames with the MORE flag and never a last one f
 server's memory; measured: 900 MB from one unauthenticated TCP peer, with ZMQ_MAXMSGSIZE and
 ZMQ_RCVHWM set), and they offer no limit on connections. Here every frame's size is checked
 from its header before its bytes are read, against what the message so far allows, and a
-large frame takes memory only as its bytes arrive; a message has at most a few frames, one
-of them empty, and a few commands, and must arrive within its timeout; a message over a
-limit is read away and answered while what it sends stays near what a message may hold, and
-past that the connection is closed; a connection reads its next message only once the last
-is answered, and an answer the peer does not take within its timeout closes it (PONGs are
-dropped while an answer waits); and connections are counted per listener and per address,
-as the HTTP side counts them (.connections.Budget), a peer not being answered making room.
+large frame takes memory only as its bytes arrive, the large frames of every connection
+bounded together (.LargeFrames: the slowest closed to make room); a message has at most a
+few frames, one of them empty, and a few commands, and must arrive within its timeout; a
+message over a limit is read away and answered while what it sends stays near what a message
+may hold, and past that the connection is closed; a connection reads its next message only
+once the last is answered, and an answer the peer does not take within its timeout closes it
+(PONGs are dropped while an answer waits); and connections are counted per listener and per
+address, as the HTTP side counts them (.connections.Budget), a peer not being answered
+making room.
 
 Routing envelopes (RFC 28): a REQ peer puts an empty delimiter before its message, a DEALER
 behind a ROUTER/DEALER proxy one routing frame per hop and then the delimiter, a DEALER of
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import grp
 import ipaddress
 import mmap
@@ -52,6 +55,10 @@ PING_CONTEXT = 16  # bytes of a PING's context a PONG echoes (RFC 37: at most 16
 SEND_BUFFER = 64 * 1024
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, drops the rest
 MAX_ROUTING_ID = 255  # bytes of a routing frame (RFC 28: a ZeroMQ identity)
+MAX_HOPS = 8  # proxies a message may come through (RFC 28: a routing frame each)
+# A large frame younger than this is never closed to make room for another: a peer sending
+# at the network's pace finishes one well within it.
+LARGE_FRAME_GRACE = 1.0
 # The peers a REP socket talks to (RFC 28); each says which it is in its READY.
 PEER_TYPES = (b"REQ", b"DEALER")
 
@@ -161,6 +168,46 @@ class Endpoint:
             return self.host == "localhost"
 
 
+@dataclass(eq=False)
+class LargeFrames:
+    """The large frames being received on every connection, their declared bytes at most
+    ``limit`` together: a stalled or trickling peer cannot pin memory with frames it never
+    finishes. A new one that does not fit closes the slowest (fewest bytes a second since
+    it began) of those older than LARGE_FRAME_GRACE until it fits; when none may be closed,
+    it is refused (read away and answered)."""
+
+    limit: int
+    held: dict[Connection, tuple[int, float]] = field(default_factory=dict)  # size, start
+
+    def make_room(self, connection: Connection, size: int) -> bool:
+        """Whether a large frame of ``size`` bytes fits, once slower ones are closed."""
+        now = time.monotonic()
+        used = sum(held for held, _ in self.held.values())
+        if used + size <= self.limit:
+            return True
+        older = [c for c, (_, began) in self.held.items() if now - began >= LARGE_FRAME_GRACE]
+
+        def pace(other: Connection) -> float:
+            return other.received() / max(now - self.held[other][1], 1e-3)
+
+        for slowest in sorted(older, key=pace):
+            if used + size <= self.limit:
+                break
+            declared, began = self.held.pop(slowest)
+            used -= declared
+            slowest.drop(
+                f"{slowest.received()} bytes of a {declared}-byte frame in {now - began:.0f} s: "
+                "closed to make room for a faster frame"
+            )
+        return used + size <= self.limit
+
+    def hold(self, connection: Connection, size: int) -> None:
+        self.held[connection] = (size, time.monotonic())
+
+    def release(self, connection: Connection) -> None:
+        self.held.pop(connection, None)
+
+
 class Connection(asyncio.BufferedProtocol):
     """The bytes of one connection, read straight into where they are wanted: small reads
     (frame heads, commands, headers) from a buffer of its own, and a large frame into its own
@@ -170,8 +217,13 @@ class Connection(asyncio.BufferedProtocol):
 
     SMALL = 64 * 1024
 
-    def __init__(self, serve: Callable[[Connection], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self,
+        serve: Callable[[Connection], Coroutine[Any, Any, None]],
+        large_frames: LargeFrames | None = None,
+    ) -> None:
         self._serve = serve
+        self.large_frames = large_frames or LargeFrames(1 << 62)
         self._buffer = bytearray(self.SMALL)
         self._start = self._end = 0  # the bytes received and not yet read
         self._target: memoryview | None = None  # a large read's own bytes
@@ -256,18 +308,38 @@ class Connection(asyncio.BufferedProtocol):
         if size <= self.SMALL:
             return await self.readexactly(size)
         # Fresh anonymous pages: resident only once written, so a frame declared large and
-        # sent slowly costs what has arrived, not what its header says.
+        # sent slowly costs what has arrived, not what its header says; and the bytes of all
+        # the large frames being received are bounded together (.LargeFrames).
         whole = mmap.mmap(-1, size)
-        have = min(self._end - self._start, size)
-        whole[:have] = self._buffer[self._start : self._start + have]
-        self._start += have
-        if have < size:
-            self._target, self._filled = memoryview(whole)[have:], 0
-            try:
-                await self._wait(0)
-            finally:
-                self._target = None
+        self.large_frames.hold(self, size)
+        try:
+            have = min(self._end - self._start, size)
+            whole[:have] = self._buffer[self._start : self._start + have]
+            self._start += have
+            self._filled = have
+            if have < size:
+                self._target = target = memoryview(whole)
+                try:
+                    await self._wait(0)
+                finally:
+                    self._target = None
+                    target.release()
+        except BaseException:
+            with contextlib.suppress(BufferError):
+                whole.close()  # its pages go now, not when a collector finds them
+            raise
+        finally:
+            self.large_frames.release(self)
         return whole
+
+    def received(self) -> int:
+        """Bytes of the large frame being received that have arrived."""
+        return self._filled
+
+    def drop(self, why: str) -> None:
+        """Closed to make room for another connection's large frame."""
+        self._fail(ProtocolError(why))
+        self.close()
 
     async def skip(self, size: int) -> None:
         """Read ``size`` bytes away, a buffer at a time (never all of them at once)."""
@@ -280,7 +352,7 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _wait(self, wanted: int) -> None:
         if self._closed is not None:
-            raise self._closed
+            raise copy.copy(self._closed)
         self._wanted = wanted
         self._waiter = asyncio.get_running_loop().create_future()
         if self._paused and self.transport is not None:
@@ -296,9 +368,11 @@ class Connection(asyncio.BufferedProtocol):
             self._waiter.set_result(None)
 
     def _fail(self, error: BaseException) -> None:
+        # The error kept is never the one raised: a raised one takes the reader's frames
+        # along in its traceback (and the frame's pages with them) for as long as it is kept.
         self._closed = self._closed or error
         if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(error)
+            self._waiter.set_exception(copy.copy(self._closed))
 
     # -- writing ---------------------------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -313,7 +387,7 @@ class Connection(asyncio.BufferedProtocol):
 
     async def drain(self) -> None:
         if self._closed is not None and not isinstance(self._closed, asyncio.IncompleteReadError):
-            raise self._closed
+            raise copy.copy(self._closed)
         if self._writable is not None:
             await self._writable
 
@@ -344,6 +418,8 @@ class PeerLimits:
     # Bytes of a refused message read away so that it can be answered; past them, or past
     # max_frames, the connection is closed instead.
     max_read_away: int
+    # The large frames of every connection, bounded together (None: unbounded, a test's).
+    large_frames: LargeFrames | None = None
 
 
 Data = bytes | bytearray | mmap.mmap  # a frame as received (a large one in pages of its own)
@@ -442,9 +518,8 @@ class Peer:
                 if empty:
                     raise ProtocolError("a second empty frame in a message")
                 empty = True
-            if refusal is None and size > (allowed := limit(frames)):
-                refusal = Refused("too_large", f"frame {count} has {size} bytes, over {allowed}")
-                refusal.envelope = frames[: envelope_end(frames)]
+            if refusal is None:
+                refusal = self._refusal(frames, count, size, limit)
             if refusal is None:
                 frames.append(await self.connection.read_frame(size))
             else:
@@ -458,7 +533,25 @@ class Peer:
                 break
         if refusal is not None:
             raise refusal
+        _check_envelope(frames[: envelope_end(frames)])
         return frames
+
+    def _refusal(
+        self, frames: list[Data], count: int, size: int, limit: FrameLimit
+    ) -> Refused | None:
+        """Why the frame of ``size`` bytes coming is read away, not kept (None: it is kept)."""
+        refusal = None
+        if size > (allowed := limit(frames)):
+            refusal = Refused("too_large", f"frame {count} has {size} bytes, over {allowed}")
+        elif size > Connection.SMALL and not self.connection.large_frames.make_room(
+            self.connection, size
+        ):
+            refusal = Refused(
+                "busy", f"frame {count} has {size} bytes: no room for it now, send it again"
+            )
+        if refusal is not None:
+            refusal.envelope = frames[: envelope_end(frames)]
+        return refusal
 
     async def _command_between_messages(self, flags: int) -> None:
         now = time.monotonic()
@@ -505,6 +598,15 @@ class Peer:
         """Closed to make room: it was idle, still sending a message or not reading."""
         self.evicted = True
         self.connection.close()
+
+
+def _check_envelope(envelope: list[Data]) -> None:
+    """A routing envelope (its delimiter last) as RFC 28 has it, else the connection ends."""
+    if len(envelope) > MAX_HOPS + 1 or any(len(hop) > MAX_ROUTING_ID for hop in envelope):
+        raise ProtocolError(
+            f"a routing envelope of more than {MAX_HOPS} hops or of identities over "
+            f"{MAX_ROUTING_ID} bytes (RFC 28)"
+        )
 
 
 Handler = Callable[[Peer], Awaitable[None]]
@@ -583,18 +685,45 @@ async def listen(
     loop = asyncio.get_running_loop()
     if endpoint.path is not None:
         named = not endpoint.path.startswith("\0")
-        if named:
-            Path(endpoint.path).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            remove_stale_socket(Path(endpoint.path))
-        server = await loop.create_unix_server(lambda: Connection(accepted), endpoint.path)
+        unbound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if named:
+                make_folders(Path(endpoint.path).parent)
+                remove_stale_socket(Path(endpoint.path))
+                # Linux makes the socket's file with the mode its descriptor has when bound
+                # (less the umask): never, not even for an instant, more than 0660.
+                os.fchmod(unbound.fileno(), 0o660)
+            unbound.bind(endpoint.path)
+        except OSError:
+            unbound.close()
+            raise
+        server = await loop.create_unix_server(
+            lambda: Connection(accepted, limits.large_frames), sock=unbound
+        )
         if named:
             socket_for_group(Path(endpoint.path), group)
     else:
         server = await loop.create_server(
-            lambda: Connection(accepted), endpoint.host, endpoint.port, reuse_address=True
+            lambda: Connection(accepted, limits.large_frames),
+            endpoint.host,
+            endpoint.port,
+            reuse_address=True,
         )
     listening = Listening(server, endpoint)
     return listening
+
+
+def make_folders(folder: Path) -> None:
+    """The socket's folder and those above it that are missing, each 0755 whatever the
+    umask (Path.mkdir gives the folders above the last the umask's mode)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for each in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            each.mkdir(mode=0o755)
+            each.chmod(0o755)
 
 
 def socket_for_group(path: Path, group: str | None) -> None:

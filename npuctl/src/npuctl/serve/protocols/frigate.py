@@ -15,14 +15,15 @@ HTTP request, and the same detector pipeline as DeepStack's route (.pipeline).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ipaddress
 import json
 import logging
 import math
 import time
-from collections import Counter
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -36,8 +37,9 @@ from ...errors import NpuctlError
 from ...files import write_atomically, write_text_atomically
 from ...models.manifest import FrigateFacts
 from .. import pipeline, zmtp
-from ..connections import Budget
+from ..connections import Budget, client_key
 from ..errors import ApiError
+from ..limits import DEFAULT_PARTIAL_FRAMES
 from ..models import DETECTION, ServedModel
 from ..protocol import Listener, Running, Startup
 from ..service import Service
@@ -50,10 +52,17 @@ MIN_SCORE = 0.4  # Frigate's own post-processing's threshold, and DeepStack's de
 HEADER_MAX = 64 * 1024  # bytes of a request's JSON frame
 # Proxies a request may come through (RFC 28: a routing frame each), then the delimiter, a
 # header, a tensor or a model file, and no more.
-MAX_HOPS = 8
+MAX_HOPS = zmtp.MAX_HOPS
 MAX_FRAMES = MAX_HOPS + 3
 REPEAT_SECONDS = 60.0  # a line repeated per request is said at most this often per peer
 KEPT_RECORDS = 64  # uploads recorded for npuctl doctor, the latest
+# Peers (addresses, IPv6 /64s) remembered, the least recently heard of forgotten first: the
+# lines said about each, and the model each chose (a reconnecting REQ socket sends its
+# frames without asking again, so the choice outlives the connection).
+REMEMBERED_PEERS = 4096
+# An upload that has arrived waits this long for the one being proven before it is refused
+# (Frigate waits 30 s for the answer).
+UPLOAD_WAIT = 20.0
 # Frigate waits 30 s for the answer to its model request: a server still loading answers
 # within it (a model Frigate is told is not loaded, it never asks for again).
 HANDSHAKE_WAIT = 25.0
@@ -116,7 +125,8 @@ OPTIONS = (
         envvar="NPUCTL_SERVE_ZMQ_UPLOADS",
         show_envvar=True,
         help="Take the model files Frigate uploads into this folder (each proven in a child "
-        "process first, at most --max-model-upload bytes) [default: uploads are refused].",
+        "process first, at most --max-model-upload bytes, served only to the address that "
+        "uploaded it, for this run) [default: uploads are refused].",
     ),
 )
 
@@ -145,24 +155,38 @@ def detection_rows(found: list[Any], width: int, height: int) -> bytes:
     return rows.tobytes()
 
 
+class Remembered(OrderedDict[str, Any]):
+    """At most REMEMBERED_PEERS entries, the least recently used forgotten first."""
+
+    def touch(self, key: str, default: Any) -> Any:
+        value = self.setdefault(key, default)
+        self.move_to_end(key)
+        while len(self) > REMEMBERED_PEERS:
+            self.popitem(last=False)
+        return value
+
+
 @dataclass
 class Complaints:
     """One log line per kind of complaint and peer address (a peer that sends a thousand
     bad frames logs one line; the metrics count them all), its text escaped; and lines said
-    per request (a model request, an upload) at most once a minute per peer and kind."""
+    per request (a model request, an upload) at most once a minute per peer and kind. The
+    peers remembered are the REMEMBERED_PEERS heard of last: a new peer's lines are said
+    whatever came before it."""
 
-    said: set[tuple[str, str]] = field(default_factory=set)
-    last: dict[tuple[str, str], float] = field(default_factory=dict)
-    per_client: Counter[str] = field(default_factory=Counter)
+    peers: Remembered = field(default_factory=Remembered)
+
+    def _of(self, client: str) -> tuple[set[str], dict[str, float]]:
+        return self.peers.touch(client, (set(), {}))
 
     def say(self, client: str, kind: str, message: str, why: str | None = None) -> None:
         """Said once per peer and kind (and ``why``, where one kind has several reasons),
         at most 32 lines per peer."""
-        key = (client, f"{kind} {why}" if why else kind)
-        if key in self.said or len(self.said) >= 10_000 or self.per_client[client] >= 32:
+        said, _ = self._of(client)
+        key = f"{kind} {why}" if why else kind
+        if key in said or len(said) >= 32:
             return
-        self.said.add(key)
-        self.per_client[client] += 1
+        said.add(key)
         log.warning(
             "frigate: %s from %s: %s", kind.replace("_", " "), client, zmtp.escaped(message, 400)
         )
@@ -170,11 +194,12 @@ class Complaints:
     def now_and_then(self, client: str, kind: str) -> bool:
         """Whether a line of this kind about this peer may be said now."""
         now = time.monotonic()
-        if now - self.last.get((client, kind), -REPEAT_SECONDS) < REPEAT_SECONDS:
+        _, last = self._of(client)
+        if now - last.get(kind, -REPEAT_SECONDS) < REPEAT_SECONDS:
             return False
-        if len(self.last) >= 10_000:
-            self.last = {k: t for k, t in self.last.items() if now - t < REPEAT_SECONDS}
-        self.last[(client, kind)] = now
+        if len(last) >= 64:
+            last.clear()
+        last[kind] = now
         return True
 
 
@@ -185,12 +210,14 @@ class Served:
 
     model: ServedModel
     facts: FrigateFacts
+    owner: str | None = None  # an upload's: the only peer it is served to
+    name: str = ""  # an upload's: the name its owner gave it
 
     def answers_to(self, name: str) -> bool:
         """Whether Frigate's model name (its model.path's file name) means this model: the
         manifest's name, the model file's name or another name the manifest gives, with or
         without an extension."""
-        wanted = {self.model.name, *self.facts.names}
+        wanted = {self.name} if self.owner is not None else {self.model.name, *self.facts.names}
         return _stem(name) in {_stem(candidate) for candidate in wanted}
 
     @property
@@ -214,8 +241,10 @@ def _stem(name: str) -> str:
 
 @dataclass
 class PeerState:
-    """What a connection's handshake chose."""
+    """A connection's peer (as connections are counted: an address, an IPv6 /64) and what
+    its handshake chose."""
 
+    key: str
     served: Served | None = None
 
 
@@ -284,9 +313,18 @@ class FrigateDetector:
         limits = self.service.limits
         self.upload_limit = limits.max_model_upload if self.uploads else 0
         self.max_uploads = limits.max_uploads
-        self.uploading = False  # one upload is taken at a time
+        self.max_uploads_total = limits.max_uploads_total
+        self.arriving: dict[str, int] = {}  # uploads whose model file is on its way, a peer
+        self.proving = asyncio.Lock()  # one upload is proven at a time
         self.complaints = Complaints()
+        self.chosen = Remembered()  # the model each peer chose last
+        # A peer's frames at the NPU, one at a time: its lock, and how many wait for it.
+        self.turns: dict[str, tuple[asyncio.Lock, int]] = {}
         self.uploaded: list[dict[str, object]] = []
+        if self.uploads is not None and (removed := forget_earlier_uploads(self.uploads)):
+            log.info(
+                "frigate: %d upload(s) of an earlier run removed from %s", removed, self.uploads
+            )
         self.served = [
             Served(model, facts)
             for model in self.service.serving.of_task(DETECTION)
@@ -311,12 +349,13 @@ class FrigateDetector:
             return Judged(header, None, 0)
         if header.get("model_data"):
             return Judged(header, None, self._upload_limit(header, expectation))
-        served = expectation.state.served or self._sole()
+        state = expectation.state
+        served = state.served = state.served or self._choice(state.key, header)
         if served is None:
             unserved = (
                 "no_model",
                 "send the model request first (model_request): this server serves "
-                + (", ".join(s.model.name for s in self.served) or "no detector"),
+                + (", ".join(s.model.name for s in self.visible(state.key)) or "no detector"),
             )
             return Judged(header, unserved, 0)
         problem = self._frame_problem(served, header)
@@ -325,39 +364,73 @@ class FrigateDetector:
         return Judged(header, None, math.prod(header["shape"]) * np.dtype(header["dtype"]).itemsize)
 
     def _upload_limit(self, header: dict[str, Any], expectation: Expectation) -> int:
-        """The model file's limit, once the upload may be taken (it then holds the one
-        upload slot until it is answered); else 0, and why."""
+        """The model file's limit, once the upload may be taken (it is then counted as its
+        peer's until it is answered); else 0, and why."""
         if expectation.holds_upload:
             return self.upload_limit
-        why = self._upload_problem(header.get("model_name"))
+        key = expectation.state.key
+        why = self._upload_problem(header.get("model_name"), key)
         if why is not None:
             expectation.upload_refusal = why
             return 0
-        self.uploading = expectation.holds_upload = True
+        self.arriving[key] = self.arriving.get(key, 0) + 1
+        expectation.holds_upload = True
         return self.upload_limit
 
-    def _upload_problem(self, name: object) -> str | None:
+    def _upload_problem(self, name: object, key: str, counted: int = 0) -> str | None:
+        """Why this peer's upload is not taken (None: it is). ``counted``: its own upload,
+        among those arriving."""
         if self.uploads is None or self.upload is None:
             return "uploads are not taken here (npuctl serve --zmq-uploads FOLDER takes them)"
         if not isinstance(name, str) or not _plain_name(name):
             return "an upload is [header, the model file], its model_name a plain file name"
-        if self.named(name) is not None:
+        if self.named(name, key) is not None:
             return f"{name} is served here already: an upload never replaces a served model"
-        kept = _kept_uploads(self.uploads)
-        if name in kept:
-            return f"{name} was uploaded before: an upload never replaces another"
-        if len(kept) >= self.max_uploads:
+        uploaded = [s for s in self.served if s.owner is not None]
+        own = sum(s.owner == key for s in uploaded) + self.arriving.get(key, 0) - counted
+        if own >= self.max_uploads:
             return (
-                f"the uploads folder holds {len(kept)} models, its most (--max-uploads): "
-                "remove one there first"
+                f"{key} has uploaded {own} models, its most (--max-uploads): restart the "
+                "server to take others"
             )
-        if self.uploading:
-            return "another upload is being taken: one at a time (Frigate retries at its start)"
+        every = len(uploaded) + sum(self.arriving.values()) - counted
+        if every >= self.max_uploads_total:
+            return (
+                f"the server holds {every} uploaded models, its most (--max-uploads-total): "
+                "restart it to take others"
+            )
         return None
 
     def release(self, expectation: Expectation) -> None:
         if expectation.holds_upload:
-            expectation.holds_upload = self.uploading = False
+            expectation.holds_upload = False
+            key = expectation.state.key
+            self.arriving[key] -= 1
+            if not self.arriving[key]:
+                del self.arriving[key]
+
+    def visible(self, key: str) -> list[Served]:
+        """The detectors a peer may name: the served ones and its own uploads."""
+        return [s for s in self.served if s.owner is None or s.owner == key]
+
+    def _choice(self, key: str, header: dict[str, Any]) -> Served | None:
+        """The detector for a frame of a connection that made no model request: the one its
+        peer chose last (its REQ socket reconnected), else the only one it may name, else
+        the only one whose input the frame fits."""
+        visible = self.visible(key)
+        chosen = self.chosen.get(key)
+        if chosen in visible:
+            self.chosen.touch(key, chosen)
+            return chosen
+        if len(visible) == 1:
+            return visible[0]
+        fitting = [s for s in visible if self._frame_problem(s, header) is None]
+        return fitting[0] if len(fitting) == 1 else None
+
+    def _choose(self, state: PeerState, served: Served) -> None:
+        state.served = served
+        self.chosen[state.key] = served
+        self.chosen.touch(state.key, served)
 
     def _frame_problem(self, served: Served, header: dict[str, Any]) -> tuple[str, str] | None:
         expected = served.facts.model_type
@@ -387,17 +460,16 @@ class FrigateDetector:
             )
         return None
 
-    def _sole(self) -> Served | None:
-        return self.served[0] if len(self.served) == 1 else None
-
-    def named(self, name: object) -> Served | None:
+    def named(self, name: object, key: str) -> Served | None:
+        """The detector Frigate's model name means for this peer: a served one, else its
+        own upload."""
         if not isinstance(name, str):
             return None
-        return next((served for served in self.served if served.answers_to(name)), None)
+        return next((s for s in self.visible(key) if s.answers_to(name)), None)
 
     # -- a peer ----------------------------------------------------------------------------
     async def serve_peer(self, peer: zmtp.Peer) -> None:
-        state = PeerState()
+        state = PeerState(client_key(peer.client))
         while True:
             expectation = Expectation(self, state)
             envelope: list[zmtp.Data] = [b""] if peer.peer_type == b"REQ" else []
@@ -436,9 +508,9 @@ class FrigateDetector:
             return self._complaint(peer, *judged.problem)
         if len(body) != 2:
             return self._complaint(peer, "no_tensor", "a frame is [header, tensor]")
-        served = state.served or self._sole()
+        served = state.served
         assert served is not None  # judge() saw to it
-        return await self._detect(peer, served, header, body[1])
+        return await self._detect(peer, state, served, header, body[1])
 
     def _refusal(self, peer: zmtp.Peer, expectation: Expectation, refused: zmtp.Refused) -> bytes:
         if expectation.fault is not None:
@@ -464,17 +536,17 @@ class FrigateDetector:
         self, peer: zmtp.Peer, state: PeerState, header: dict[str, Any]
     ) -> bytes:
         name = header.get("model_name")
-        served = self.named(name)
+        served = self.named(name, state.key)
         if served is None:
             if self.complaints.now_and_then(peer.client, "asked"):
                 log.info(
                     "frigate: %s asked for %s, which is not served here (%s)",
                     peer.client,
                     zmtp.escaped(json.dumps(name), 100),
-                    ", ".join(s.model.name for s in self.served) or "no detector",
+                    ", ".join(s.model.name for s in self.visible(state.key)) or "no detector",
                 )
             return _json({"model_available": False, "model_loaded": False})
-        state.served = served
+        self._choose(state, served)
         loaded = await self._loaded()
         if self.complaints.now_and_then(peer.client, "connected for " + served.model.name):
             log.info("frigate: %s connected for %s", peer.client, served.model.name)
@@ -489,7 +561,12 @@ class FrigateDetector:
         return True
 
     async def _detect(
-        self, peer: zmtp.Peer, served: Served, header: dict[str, Any], data: zmtp.Data
+        self,
+        peer: zmtp.Peer,
+        state: PeerState,
+        served: Served,
+        header: dict[str, Any],
+        data: zmtp.Data,
     ) -> bytes:
         started = time.perf_counter()
         shape = tuple(header["shape"])
@@ -498,12 +575,18 @@ class FrigateDetector:
             return self._complaint(
                 peer, "wrong_size", f"the tensor has {len(data)} bytes; its header says {expected}"
             )
-        pixels = _pixels(np.frombuffer(data, dtype=header["dtype"]).reshape(shape), served, shape)
         model, service = served.model, self.service
+
+        def prepared() -> tuple[list[np.ndarray], object]:
+            frame = np.frombuffer(data, dtype=header["dtype"]).reshape(shape)
+            return model.frame(_pixels(frame, served, shape))  # type: ignore[attr-defined]
+
         try:
             await service.models_loaded()
-            tensors, context = model.frame(pixels)  # type: ignore[attr-defined]
-            outputs, work = await service.infer(model.key, tensors)
+            # Converting floats or transposing a frame takes up to 150 ms: not on the loop.
+            tensors, context = await asyncio.to_thread(prepared)
+            async with self._turn(state.key):
+                outputs, work = await service.infer(model.key, tensors)
         except ApiError as error:
             return self._complaint(peer, error.kind, str(error))
         finished = time.perf_counter()
@@ -519,6 +602,23 @@ class FrigateDetector:
         service.metrics.answered("zmq", 200, answered - started)
         return answer
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, key: str) -> AsyncIterator[None]:
+        """One frame of a peer (an address, an IPv6 /64) in the NPU's queue at a time: its
+        other connections' frames wait here, so the queue takes the peers in turn (sixteen
+        connections from one address get the NPU as often as Frigate's one)."""
+        turn, waiting = self.turns.get(key, (asyncio.Lock(), 0))
+        self.turns[key] = (turn, waiting + 1)
+        try:
+            async with turn:
+                yield
+        finally:
+            lock, waiting = self.turns[key]
+            if waiting == 1:
+                del self.turns[key]
+            else:
+                self.turns[key] = (lock, waiting - 1)
+
     # -- uploads ---------------------------------------------------------------------------
     async def _model_data(
         self,
@@ -531,50 +631,78 @@ class FrigateDetector:
         name = str(header.get("model_name") or "")
         why = expectation.upload_refusal
         if why is None and not expectation.holds_upload:  # no model file came to claim it
-            why = self._upload_problem(name) or "an upload is [header, the model file]"
+            why = self._upload_problem(name, state.key) or "an upload is [header, the model file]"
         if why is None and len(body) != 2:
             why = "an upload is [header, the model file], and nothing after it"
         if why is not None or self.uploads is None or self.upload is None:
             why = why or "uploads are not taken here"
             self.complaints.say(peer.client, "upload_refused", why)
             return _json({"model_saved": False, "model_loaded": False, "error": why})
-        model_file = body[1]
+        try:
+            async with asyncio.timeout(UPLOAD_WAIT):
+                await self.proving.acquire()
+        except TimeoutError:
+            why = f"another upload was being proven for {UPLOAD_WAIT:g} s: send it again"
+            self.complaints.say(peer.client, "upload_refused", why)
+            return _json({"model_saved": False, "model_loaded": False, "error": why})
+        try:
+            # Its own twin may have been proven meanwhile.
+            why = self._upload_problem(name, state.key, counted=1)
+            if why is not None:
+                self.complaints.say(peer.client, "upload_refused", why)
+                return _json({"model_saved": False, "model_loaded": False, "error": why})
+            return await self._prove(peer, state, name, body[1], self.uploads, self.upload)
+        finally:
+            self.proving.release()
+
+    async def _prove(
+        self,
+        peer: zmtp.Peer,
+        state: PeerState,
+        name: str,
+        model_file: zmtp.Data,
+        uploads: Path,
+        upload: Any,
+    ) -> bytes:
         digest = await asyncio.to_thread(lambda: hashlib.sha256(model_file).hexdigest())
         record: dict[str, object] = {
             "name": name,
-            "bytes": len(body[1]),
+            "bytes": len(model_file),
             "sha256": digest,  # 64 MB hashed beside the event loop, not on it
             "peer": peer.client,
+            "owner": state.key,
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        path = uploads / owner_folder(state.key) / name
         try:
-            path = self.uploads / name
-            await asyncio.to_thread(_save, path, body[1])
-            model, facts = await asyncio.to_thread(self.upload, name, path)
+            await asyncio.to_thread(_save, path, model_file)
+            # Its name on the NPU is its owner's: two peers may upload the same name.
+            model, facts = await asyncio.to_thread(upload, f"{name}@{state.key}", path)
             await self._warm(model)
         except (NpuctlError, OSError, ApiError) as error:
             record.update(loaded=False, error=str(error))
             self._record(record)
-            (self.uploads / name).unlink(missing_ok=True)  # unproven: not kept
+            path.unlink(missing_ok=True)  # unproven: not kept
             if self.complaints.now_and_then(peer.client, "uploaded"):
                 log.warning(
                     "frigate: %s uploaded %s (%d bytes): not served, deleted: %s",
                     peer.client,
                     zmtp.escaped(name),
-                    len(body[1]),
+                    len(model_file),
                     zmtp.escaped(error, 400),
                 )
             return _json({"model_saved": False, "model_loaded": False, "error": str(error)})
-        served = Served(model, facts)
+        served = Served(model, facts, owner=state.key, name=name)
         self.served.append(served)
-        state.served = served
+        self._choose(state, served)
         record.update(loaded=True)
         self._record(record)
         log.info(
-            "frigate: %s uploaded %s (%d bytes): proven, loaded and served",
+            "frigate: %s uploaded %s (%d bytes): proven, loaded and served to %s",
             peer.client,
             zmtp.escaped(name),
-            len(body[1]),
+            len(model_file),
+            state.key,
         )
         return _json({"model_saved": True, "model_loaded": True})
 
@@ -602,12 +730,29 @@ def _plain_name(name: str) -> bool:
     return 0 < len(name) < 256 and name.isprintable() and "/" not in name and name[0] != "."
 
 
-def _kept_uploads(folder: Path) -> set[str]:
-    """The model files the uploads folder holds (a hidden one is a file being written)."""
+OWNER_PREFIX = "from-"  # the uploads folder's folder for each owner
+
+
+def owner_folder(key: str) -> str:
+    """The uploads folder's folder for an owner's files (an IPv6 /64's slash made a dash)."""
+    return OWNER_PREFIX + key.replace("/", "-")
+
+
+def forget_earlier_uploads(folder: Path) -> int:
+    """The files an earlier run took removed (each owner's folder): an upload is served for
+    the run that proved it, and its owner uploads it again when told it is not here. Other
+    files in the folder are left alone. How many were removed."""
+    removed = 0
     try:
-        return {p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+        owners = [p for p in folder.iterdir() if p.is_dir() and p.name.startswith(OWNER_PREFIX)]
     except FileNotFoundError:
-        return set()
+        return 0
+    for owner in owners:
+        for file in owner.iterdir():
+            if file.is_file() or file.is_symlink():
+                file.unlink()
+                removed += 1
+    return removed
 
 
 def _is_shape(shape: object) -> TypeGuard[list[int]]:
@@ -651,19 +796,29 @@ class Listeners:
         await asyncio.gather(*(item.close() for item in self.listening))
 
 
+def _peer_limits(detector: FrigateDetector) -> zmtp.PeerLimits:
+    limits, budget = detector.service.limits, detector.service.budget
+    largest = detector.largest_frame() + HEADER_MAX
+    arriving = limits.max_partial_frames or min(
+        budget.bodies if budget is not None else 0, DEFAULT_PARTIAL_FRAMES
+    )
+    return zmtp.PeerLimits(
+        limits.head_timeout,
+        limits.body_timeout,
+        MAX_FRAMES,
+        limits.send_timeout,
+        largest,
+        zmtp.LargeFrames(max(arriving, largest)),  # always room for one of the largest
+    )
+
+
 async def start(startup: Startup) -> Running | None:
     endpoints = [zmtp.Endpoint.parse(text) for text in startup.options["zmq_endpoints"]]
     if not endpoints:
         return None
     detector = FrigateDetector(startup)
     service, limits = startup.service, startup.service.limits
-    peer_limits = zmtp.PeerLimits(
-        limits.head_timeout,
-        limits.body_timeout,
-        MAX_FRAMES,
-        limits.send_timeout,
-        detector.largest_frame() + HEADER_MAX,
-    )
+    peer_limits = _peer_limits(detector)
     allow = detector.allow
 
     def allowed(client: str) -> bool:
