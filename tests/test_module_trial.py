@@ -274,6 +274,24 @@ def test_the_modprobe_line_sends_every_load_through_the_guard():
         assert f"/usr/libexec/{package}/module-trial load $CMDLINE_OPTS" in line
 
 
+def test_the_deferred_load_units_are_rendered_for_each_package(tmp_path):
+    from pipeline.config import DEBIAN_TEMPLATES
+    from pipeline.render import render_tree
+
+    for package in PACKAGES:
+        config = load_package(package)
+        render_tree(DEBIAN_TEMPLATES, tmp_path / package, template_context(config))
+        stem = tmp_path / package / f"{package}.{package}-deferred-load"
+        path_unit = Path(f"{stem}.path").read_text()
+        service = Path(f"{stem}.service").read_text()
+        assert f"PathExistsGlob=/run/{package}/deferred*" in path_unit
+        assert "WantedBy=paths.target" in path_unit
+        assert f"ExecStart=/usr/libexec/{package}/module-trial retry" in service
+        assert f"ConditionPathExistsGlob=/run/{package}/deferred*" in service
+        rules = (tmp_path / package / "rules").read_text()
+        assert f"dh_installsystemd --name={package}-deferred-load" in rules
+
+
 KMOD_MODPROBE = next(
     (path for path in ("/usr/sbin/modprobe", "/sbin/modprobe") if os.access(path, os.X_OK)), None
 )
