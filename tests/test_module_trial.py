@@ -206,6 +206,7 @@ def test_a_load_before_the_root_is_writable_is_deferred_then_retried_as_a_trial(
     """udev's coldplug before systemd-remount-fs: the guard leaves a marker in /run (a tmpfs)
     and says so once; the deferred-load service's retry, once /var/lib is writable, makes the
     load that boot's trial, with the options modprobe was given."""
+    (machine.root / "run/systemd/system").mkdir(parents=True)  # systemd is the init
     lib = machine.root / "var/lib"
     lib.mkdir(parents=True)
     (lib / machine.package).write_text("read-only yet")
@@ -233,10 +234,12 @@ def test_a_load_before_the_root_is_writable_is_deferred_then_retried_as_a_trial(
 
 
 def test_a_root_that_stays_read_only_is_retried_once_and_not_loaded(machine):
+    (machine.root / "run/systemd/system").mkdir(parents=True)
     lib = machine.root / "var/lib"
     lib.mkdir(parents=True)
     (lib / machine.package).write_text("read-only")
     assert machine.run("load").returncode == 1
+    assert (machine.root / f"run/{machine.package}/deferred").exists()
     refused = machine.run("retry")
     assert refused.returncode == 1 and "not writable; not loaded" in refused.stderr
     assert machine.calls() == []
@@ -244,7 +247,20 @@ def test_a_root_that_stays_read_only_is_retried_once_and_not_loaded(machine):
     assert not (machine.root / f"run/{machine.package}/deferred").exists()
 
 
+def test_without_systemd_a_load_before_the_root_is_writable_is_not_deferred(machine):
+    """sysvinit: no unit would retry, so the guard leaves no marker and says what to run."""
+    lib = machine.root / "var/lib"
+    lib.mkdir(parents=True)
+    (lib / machine.package).write_text("read-only yet")
+    refused = machine.run("load")
+    assert refused.returncode == 1 and machine.calls() == []
+    (line,) = machine.kmsg()
+    assert "not writable; not loaded" in line and f"'modprobe {machine.module}'" in line
+    assert not (machine.root / f"run/{machine.package}").exists()
+
+
 def test_a_trial_left_open_is_held_only_once_its_record_can_be_written(machine):
+    (machine.root / "run/systemd/system").mkdir(parents=True)
     machine.set(behaviour="crash")
     machine.run("load")
     machine.boot("boot-2")
