@@ -202,6 +202,83 @@ def test_no_trial_without_a_writable_record(machine):
     assert machine.calls() == []
 
 
+def test_a_load_before_the_root_is_writable_is_deferred_then_retried_as_a_trial(machine):
+    """udev's coldplug before systemd-remount-fs: the guard leaves a marker in /run (a tmpfs)
+    and says so once; the deferred-load service's retry, once /var/lib is writable, makes the
+    load that boot's trial, with the options modprobe was given."""
+    (machine.root / "run/systemd/system").mkdir(parents=True)  # systemd is the init
+    lib = machine.root / "var/lib"
+    lib.mkdir(parents=True)
+    (lib / machine.package).write_text("read-only yet")
+    deferred = machine.root / f"run/{machine.package}/deferred"
+    early = machine.run("load", "debug=1")
+    assert early.returncode == 1
+    assert machine.calls() == [], "no insertion without a trial record"
+    (line,) = machine.kmsg()
+    assert line.startswith(f"<4>{machine.package}: {machine.module} 1.0-1 for 6.12.57")
+    assert "deferred" in line and f"{machine.package}-deferred-load.service" in line
+    assert "kernel=6.12.57+deb13-arm64" in deferred.read_text()
+    # systemd-remount-fs has run: the root is writable.
+    (lib / machine.package).unlink()
+    retried = machine.run("retry")
+    assert retried.returncode == 0, retried.stderr
+    assert machine.calls() == [f"--ignore-install {machine.module} debug=1"]
+    at_insertion = (machine.root / "fake/records-at-insertion").read_text().split()
+    assert at_insertion == ["6.12.57+deb13-arm64@1.0-1.open"]
+    assert machine.records() == ["6.12.57+deb13-arm64@1.0-1.passed"]
+    assert not deferred.exists()
+    # Once only: a second retry (the service started by hand) loads nothing.
+    again = machine.run("retry")
+    assert again.returncode == 0 and "no load" in again.stderr
+    assert len(machine.calls()) == 1
+
+
+def test_a_root_that_stays_read_only_is_retried_once_and_not_loaded(machine):
+    (machine.root / "run/systemd/system").mkdir(parents=True)
+    lib = machine.root / "var/lib"
+    lib.mkdir(parents=True)
+    (lib / machine.package).write_text("read-only")
+    assert machine.run("load").returncode == 1
+    assert (machine.root / f"run/{machine.package}/deferred").exists()
+    refused = machine.run("retry")
+    assert refused.returncode == 1 and "not writable; not loaded" in refused.stderr
+    assert machine.calls() == []
+    # No new marker: the service is not started again and again.
+    assert not (machine.root / f"run/{machine.package}/deferred").exists()
+
+
+def test_without_systemd_a_load_before_the_root_is_writable_is_not_deferred(machine):
+    """sysvinit: no unit would retry, so the guard leaves no marker and says what to run."""
+    lib = machine.root / "var/lib"
+    lib.mkdir(parents=True)
+    (lib / machine.package).write_text("read-only yet")
+    refused = machine.run("load")
+    assert refused.returncode == 1 and machine.calls() == []
+    (line,) = machine.kmsg()
+    assert "not writable; not loaded" in line and f"'modprobe {machine.module}'" in line
+    assert not (machine.root / f"run/{machine.package}").exists()
+
+
+def test_a_trial_left_open_is_held_only_once_its_record_can_be_written(machine):
+    (machine.root / "run/systemd/system").mkdir(parents=True)
+    machine.set(behaviour="crash")
+    machine.run("load")
+    machine.boot("boot-2")
+    lib = machine.root / f"var/lib/{machine.package}"
+    lib.rename(machine.root / "var/lib/aside")
+    lib.write_text("read-only yet")
+    machine.set(behaviour="bind")
+    calls = len(machine.calls())
+    assert machine.run("load").returncode == 1
+    assert len(machine.calls()) == calls, "an open trial of another boot is never loaded"
+    lib.unlink()
+    (machine.root / "var/lib/aside").rename(lib)
+    held = machine.run("retry")
+    assert held.returncode == 1 and "is held" in held.stderr
+    assert len(machine.calls()) == calls
+    assert machine.records() == ["6.12.57+deb13-arm64@1.0-1.held"]
+
+
 def test_the_modprobe_line_sends_every_load_through_the_guard():
     for package in PACKAGES:
         config = load_package(package)
@@ -211,6 +288,24 @@ def test_the_modprobe_line_sends_every_load_through_the_guard():
         (line,) = [line for line in text.splitlines() if line.startswith("install ")]
         assert line.split()[1] == config.module
         assert f"/usr/libexec/{package}/module-trial load $CMDLINE_OPTS" in line
+
+
+def test_the_deferred_load_units_are_rendered_for_each_package(tmp_path):
+    from pipeline.config import DEBIAN_TEMPLATES
+    from pipeline.render import render_tree
+
+    for package in PACKAGES:
+        config = load_package(package)
+        render_tree(DEBIAN_TEMPLATES, tmp_path / package, template_context(config))
+        stem = tmp_path / package / f"{package}.{package}-deferred-load"
+        path_unit = Path(f"{stem}.path").read_text()
+        service = Path(f"{stem}.service").read_text()
+        assert f"PathExistsGlob=/run/{package}/deferred*" in path_unit
+        assert "WantedBy=paths.target" in path_unit
+        assert f"ExecStart=/usr/libexec/{package}/module-trial retry" in service
+        assert f"ConditionPathExistsGlob=/run/{package}/deferred*" in service
+        rules = (tmp_path / package / "rules").read_text()
+        assert f"dh_installsystemd --name={package}-deferred-load" in rules
 
 
 KMOD_MODPROBE = next(

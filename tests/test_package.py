@@ -91,6 +91,27 @@ def test_every_load_goes_through_the_trial_guard(built_packages):
     assert "/usr/lib/modprobe.d/aipu-dkms-trial.conf" in entries
 
 
+def test_a_deferred_load_is_retried_by_units_the_maintainer_scripts_enable(
+    built_packages, tmp_path
+):
+    entries = _contents(built_packages["deb"])
+    units = "/usr/lib/systemd/system/aipu-dkms-deferred-load"
+    # Under /usr/lib on every release (bookworm's debhelper would use the aliased /lib).
+    assert f"{units}.path" in entries and f"{units}.service" in entries
+    assert not any(path.startswith("/lib/") for path in entries)
+    run("dpkg-deb", "-x", built_packages["deb"], tmp_path / "root")
+    path_unit = (tmp_path / "root" / f"{units.lstrip('/')}.path").read_text()
+    service = (tmp_path / "root" / f"{units.lstrip('/')}.service").read_text()
+    assert "PathExistsGlob=/run/aipu-dkms/deferred*" in path_unit
+    assert "ExecStart=/usr/libexec/aipu-dkms/module-trial retry" in service
+    assert "After=local-fs.target" in service
+    run("dpkg-deb", "-e", built_packages["deb"], tmp_path / "control")
+    postinst = (tmp_path / "control/postinst").read_text(encoding="utf-8")
+    postrm = (tmp_path / "control/postrm").read_text(encoding="utf-8")
+    assert "deb-systemd-helper enable 'aipu-dkms-deferred-load.path'" in postinst
+    assert "deb-systemd-helper purge 'aipu-dkms-deferred-load.path'" in postrm
+
+
 def test_appstream_metadata_is_valid(built_packages, config, tmp_path):
     if shutil.which("appstreamcli") is None:
         pytest.skip("appstreamcli is missing: run 'make deps'")

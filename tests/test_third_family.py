@@ -59,6 +59,8 @@ def test_the_pipeline_builds_its_package_lintian_clean(scratch):
     # The guarded first load comes with every driver package, made from its description.
     assert f"/usr/libexec/{PACKAGE}/module-trial" in listing
     assert f"/usr/lib/modprobe.d/{PACKAGE}-trial.conf" in listing
+    assert f"/usr/lib/systemd/system/{PACKAGE}-deferred-load.path" in listing
+    assert f"/usr/lib/systemd/system/{PACKAGE}-deferred-load.service" in listing
     control = run("dpkg-deb", "--field", deb, "Package", "Depends").stdout
     assert PACKAGE in control and "dkms" in control
 

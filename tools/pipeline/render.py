@@ -127,12 +127,13 @@ def write_dkms_conf(config: Config, destination: Path) -> None:
 
 def render_tree(source: Path, destination: Path, context: dict[str, Any]) -> list[Path]:
     """Copy ``source`` to ``destination``: ``*.j2`` files rendered, others copied as they are;
-    a leading ``package.`` in a file name becomes the package's name (debhelper's naming)."""
+    in a file name with a leading ``package.``, every ``package`` becomes the package's name
+    (debhelper's naming: ``package.package-x.service`` is the unit ``<name>-x.service``)."""
     written = []
     for path in _files(source):
         relative = path.relative_to(source)
         if relative.name.startswith("package.") and "name" in context:
-            relative = relative.with_name(context["name"] + relative.name[len("package") :])
+            relative = relative.with_name(relative.name.replace("package", context["name"]))
         mode = path.stat().st_mode & 0o777
         if path.suffix == TEMPLATE_SUFFIX:
             target = destination / relative.with_suffix("")
