@@ -121,7 +121,33 @@ def test_golden_checks_every_downloaded_model(rocket, image, model, detector, tf
     ssdlite = checks["golden.ssdlite"]["summary"]
     assert ssdlite.startswith("Golden check, ssdlite: NPU and CPU agree:")
     assert "detections on both" in ssdlite and "largest score difference 0.000" in ssdlite
+    assert ssdlite.endswith("(on a fixed pattern)")  # the photograph is not downloaded
     assert "largest element difference 0" in checks["golden.mobilenet-v2"]["summary"]
+
+
+def test_the_golden_checks_run_on_the_photograph_once_downloaded(rocket, image, model, detector):
+    """The served detector needs the photograph (models.yaml: golden-photo, pinned by its
+    sha256): once it is in the models' folder the golden checks run on it; a file of that
+    name that is not the photograph is not used."""
+    from rocket_emu import pins, sources
+
+    published = sources.published_cache(pins.load())
+    if not published.is_dir():
+        pytest.skip(
+            "the published photograph is not cached: make check-rocket-emu CORAL_GIT=<a clone "
+            "of google-coral/test_data>"
+        )
+    assert "golden-photo" in load_manifest().get("ssdlite").needs
+    downloaded(rocket, "ssdlite", detector)
+    photo = rocket.models / load_manifest().get("golden-photo").file
+    photo.write_bytes(b"BM not the photograph")
+    code, checks = doctor(rocket, image)
+    assert checks["golden.ssdlite"]["summary"].endswith("(on a fixed pattern)")
+    shutil.copyfile(published / photo.name, photo)
+    code, checks = doctor(rocket, image)
+    assert code == 0, not_ok(checks)
+    for finding in ("golden", "golden.ssdlite"):
+        assert checks[finding]["summary"].endswith(f"(on the photograph {photo.name})"), checks
 
 
 def test_a_detector_the_npu_answers_wrongly_fails_its_golden_check(rocket, image, model, detector):

@@ -506,6 +506,9 @@ def _delegate_probe(system: System, report: Report, delegate: Path, timeout: flo
 # Mesa's own test model must pass; every other model of the manifest is checked once it is
 # downloaded (the detector's verdict compares detections, the classifiers' their scores).
 REQUIRED_GOLDEN = "mobilenet"
+# What the golden checks run on once downloaded (the served detector needs it): a camera's
+# picture, where the NPU's answers matter, rather than a pattern.
+GOLDEN_PHOTO = "golden-photo"
 
 
 def _golden(system: System, options: Options, report: Report, delegate: Path) -> None:
@@ -521,7 +524,8 @@ def _golden_model(
     required = name == REQUIRED_GOLDEN
     finding_id = "golden" if required else f"golden.{name}"
     title = "Golden check" if required else f"Golden check, {name}"
-    check = verify(options.manifest.get(name), options.models_dir, Lock.load(options.models_dir))
+    lock = Lock.load(options.models_dir)
+    check = verify(options.manifest.get(name), options.models_dir, lock)
     if check.state == "missing" and not required:
         report.add(
             Finding(
@@ -544,13 +548,18 @@ def _golden_model(
         )
         return
     args = ["golden", str(check.path), str(system.path(str(delegate)))]
+    photo = verify(options.manifest.get(GOLDEN_PHOTO), options.models_dir, lock)
+    on = "a fixed pattern"
+    if photo.state == "ok" and photo.path is not None:
+        args.append(str(photo.path))
+        on = f"the photograph {photo.path.name}"
     result = run_module(PROBE_MODULE, args, options.timeout_s)
     answer = result.answer
     if answer is None or not answer.get("ok"):
         problem = result.problem if answer is None else answer.get("error")
         report.add(Finding(finding_id, "golden", Status.FAIL, f"{title}: the model {problem}"))
         return
-    verdict = str(answer.get("verdict"))
+    verdict = f"{answer.get('verdict')} (on {on})"
     if not answer.get("passed"):
         detail, fix = _disagreement(system, options, report, name, answer.get("additions"))
         summary = f"{title}: the NPU and the CPU disagree: {verdict}"
