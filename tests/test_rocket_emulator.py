@@ -37,7 +37,7 @@ from rocket_emu import board, guest_root, qemu_build, registers, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
-from testkit.tflite_cut import cut
+from testkit.tflite_cut import cut, delegated
 from testkit.tflite_models import (
     MESA_TABLE,
     MOBILEDET_ADDITIONS,
@@ -410,12 +410,57 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
             "frigate_zmq": frigate_verdict((run.served or {}).get("frigate")),
         },
     }
+    report["hardware"] = _hardware_report(run)
     shutil.rmtree(REGISTER_LISTINGS, ignore_errors=True)
     for (teflon, name), found in case_jobs.items():
         listing = REGISTER_LISTINGS / teflon / f"{name}.txt"
         listing.parent.mkdir(parents=True, exist_ok=True)
         listing.write_text(registers.listing(found), encoding="utf-8")
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
+
+
+def _hardware_report(run: board.Run) -> dict:
+    """The cases that stand for Mesa's tests: each with the test, what it runs (a published
+    operation by its shapes and scales), and per Teflon the boards' verdict (hardware.yaml),
+    this run's by the same method, and the blind spots named where they part."""
+    found = evidence()
+    rows = []
+    for name in HARDWARE_CASES:
+        case, reference = CASES[name], CASES[name]["hardware"]
+        published = case.get("published")
+        runs = case["description"]
+        if published is not None and published["operation"] != "whole" and PUBLISHED.is_dir():
+            index = int(published["operation"])
+            operation = next(
+                o for o in delegated(PUBLISHED / published["file"]) if o.index == index
+            )
+            runs = operation.describe()
+        verdicts = {}
+        for teflon in TEFLONS:
+            release = found.of(teflon)
+            assert release is not None, teflon
+            model = release.models[reference["model"]]
+            ran = [c for c in run.under("case", teflon) if c["name"] == name]
+            golden = ran[0]["golden"] if ran else None
+            verdicts[teflon] = {
+                "boards": model.verdict(reference["operation"]),
+                "emulated": None
+                if not golden or not golden.get("ok")
+                else ("pass" if _passed(name, golden) else "fail"),
+                "blind_spots": case.get("blind_spots", {}).get(teflon, []),
+            }
+        rows.append(
+            {
+                "case": name,
+                "test": found.releases[max(found.releases)]
+                .models[reference["model"]]
+                .test(reference["operation"]),
+                "runs": runs,
+                "lookalike": published is None,
+                "teflons": verdicts,
+            }
+        )
+    return {"tolerance": found.tolerance, "rows": rows}
 
 
 def _doctor_checks(run: board.Run, teflon: str) -> dict[str, dict]:
@@ -1168,6 +1213,25 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                     "golden": "Golden check, ssdlite: NPU and CPU agree",
                     "served": {"passed": True, "verdict": "10 detections as on the CPU"},
                 },
+                "hardware": {
+                    "tolerance": 6,
+                    "rows": [
+                        {
+                            "case": "ssdlite-mobiledet-320",
+                            "test": "Models.Op/mobiledet_ssdlite_mobiledet_coco_qat_postprocess",
+                            "runs": "SSDLite MobileDet at 320x320",
+                            "lookalike": True,
+                            "teflons": {
+                                "26.1": {
+                                    "boards": "fail",
+                                    "emulated": "pass",
+                                    "blind_spots": ["lookalike-weights"],
+                                },
+                                "26.2": {"boards": "fail", "emulated": None, "blind_spots": []},
+                            },
+                        }
+                    ],
+                },
             }
         )
     )
@@ -1190,6 +1254,11 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     assert "answer for the frame:\npassed, 10 detections as on the CPU." in page
     assert "(ssdlite.tflite, built as the `ssdlite-mobiledet-320`\ncase)" in page
     assert "against the CPU interpreter's scores for the same tensor: passed, top-1 737" in page
+    assert (
+        "| ssdlite-mobiledet-320 | `Models.Op/mobiledet_ssdlite_mobiledet_coco_qat_postprocess` "
+        "| lookalike: SSDLite MobileDet at 320x320 | fail / pass | fail / not run "
+        "| lookalike-weights |" in page
+    )
 
     source.write_text("[]")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
