@@ -890,13 +890,17 @@ def test_known_gaps_still_differ(emulated, teflon, name):
 TABLE_MISS_EW_CVT_SCALE = ((142 - 1) & 0x3F) << 16 | 1 << 14
 
 
-def _table_miss(jobs: list[registers.Job], _model: Path, _verdict: str) -> str | None:
+def _table_miss(
+    jobs: list[registers.Job], _model: Path, _verdict: str, _wanted: list[registers.Job]
+) -> str | None:
     added = [task for task in registers.programmed(jobs) if not task["DPU_EW_CFG"] & 0x3]
     missed = [task for task in added if task["DPU_EW_CVT_SCALE_VALUE"] == TABLE_MISS_EW_CVT_SCALE]
     return None if missed else f"no addition of {len(added)} has Mesa's scale for a table miss"
 
 
-def _narrow_kernels(jobs: list[registers.Job], _model: Path, _verdict: str) -> str | None:
+def _narrow_kernels(
+    jobs: list[registers.Job], _model: Path, _verdict: str, _wanted: list[registers.Job]
+) -> str | None:
     """A task over 17 to 31 input channels whose weights buffer holds weights where a
     WEIGHT_SIZE1-deep kernel has its padding channels (a constant: the zero point)."""
     for task, buffers in zip(registers.programmed(jobs), registers.read(jobs), strict=False):
@@ -912,7 +916,9 @@ def _narrow_kernels(jobs: list[registers.Job], _model: Path, _verdict: str) -> s
     return "no task over 17 to 31 channels has weights in its kernels' padding"
 
 
-def _fused_addition(_jobs: list[registers.Job], model: Path, verdict: str) -> str | None:
+def _fused_addition(
+    _jobs: list[registers.Job], model: Path, verdict: str, _wanted: list[registers.Job]
+) -> str | None:
     """The board's largest difference is the fused addition's, within a step of rounding."""
     from npuctl.platforms.rocket.litert import interpreter
     from npuctl.platforms.rocket.probe import golden_input
@@ -928,7 +934,9 @@ def _fused_addition(_jobs: list[registers.Job], model: Path, verdict: str) -> st
     return None
 
 
-def _unsigned_zero_point(jobs: list[registers.Job], model: Path, _verdict: str) -> str | None:
+def _unsigned_zero_point(
+    jobs: list[registers.Job], model: Path, _verdict: str, _wanted: list[registers.Job]
+) -> str | None:
     """The first convolution's biases are Mesa's correction with the zero points held
     unsigned (rkt_coefs.c: calculate_bias_correction), not the correct ones."""
     from npuctl.platforms.rocket.litert import interpreter
@@ -953,9 +961,28 @@ def _unsigned_zero_point(jobs: list[registers.Job], model: Path, _verdict: str) 
     return None
 
 
-CAUSES: dict[str, Callable[[list[registers.Job], Path, str], str | None]] = {
+def _weight_packing(
+    jobs: list[registers.Job], _model: Path, _verdict: str, wanted: list[registers.Job]
+) -> str | None:
+    """Mesa 26.1 programs every register as the wanted Teflon does for the case and packs
+    its weights otherwise (26.2's "pad weight packing input channels to
+    FEATURE_ATOMIC_SIZE"): the weights buffers are all that differ."""
+    if not wanted or registers.programmed(jobs) != registers.programmed(wanted):
+        return "the registers differ from the wanted Teflon's, not only the weights"
+    weights = [
+        [
+            (buffers.get("weights") or None) and buffers["weights"].data
+            for buffers in registers.read(side)
+        ]
+        for side in (jobs, wanted)
+    ]
+    return None if weights[0] != weights[1] else "the weights are the wanted Teflon's too"
+
+
+CAUSES: dict[str, Callable[[list[registers.Job], Path, str, list[registers.Job]], str | None]] = {
     "addition-table": _table_miss,
     "narrow-kernels": _narrow_kernels,
+    "weight-packing": _weight_packing,
     "fused-addition": _fused_addition,
     "unsigned-zero-point": _unsigned_zero_point,
 }
@@ -977,8 +1004,9 @@ def test_each_expected_difference_has_the_cause_it_names(emulated, tmp_path, tef
     golden = _case(emulated, name, teflon)["golden"]
     assert golden and golden.get("ok") and not _passed(name, golden), golden
     model = _build_case(name, tmp_path)
-    jobs = _case_jobs(emulated, registers.read_log(emulated.regcmd_log))[teflon, name]
-    problem = CAUSES[cause](jobs, model, golden["verdict"])
+    every = _case_jobs(emulated, registers.read_log(emulated.regcmd_log))
+    jobs = every[teflon, name]
+    problem = CAUSES[cause](jobs, model, golden["verdict"], every.get((SERVED_TEFLON, name), []))
     assert problem is None, f"{name} under Teflon {teflon}: {cause}: {problem}"
 
 
