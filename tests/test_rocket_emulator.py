@@ -970,10 +970,7 @@ def _weight_packing(
     if not wanted or registers.programmed(jobs) != registers.programmed(wanted):
         return "the registers differ from the wanted Teflon's, not only the weights"
     weights = [
-        [
-            (buffers.get("weights") or None) and buffers["weights"].data
-            for buffers in registers.read(side)
-        ]
+        [buffers["weights"].digest for buffers in registers.read(side) if "weights" in buffers]
         for side in (jobs, wanted)
     ]
     return None if weights[0] != weights[1] else "the weights are the wanted Teflon's too"
