@@ -175,13 +175,16 @@ check-images: $(DEPS_STAMP)
 ## QEMU and the board's root file system (rocket-dkms built by DKMS, Teflon, npuctl) are built
 ## and cached, then one boot runs, under each pinned Teflon, doctor and the golden checks,
 ## then serve (root; the first run needs EMULATOR_GIT=<clone of widgetii/orangepi5plus-npu>
-## and FRIGATE_GIT=<clone of blakeblackshear/frigate>)
+## and FRIGATE_GIT=<clone of blakeblackshear/frigate>; CORAL_GIT=<clone of google-coral/test_data>
+## adds the published models, run as Mesa's tests run them)
 EMULATOR_GIT ?=
 FRIGATE_GIT ?=
+CORAL_GIT ?=
 check-rocket-emu: deb
 	$(PY) -m rocket_emu prepare --dist $(DIST) --work $(BUILD)/rocket-emu \
 		$(if $(EMULATOR_GIT),--emulator-git $(EMULATOR_GIT)) \
-		$(if $(FRIGATE_GIT),--frigate-git $(FRIGATE_GIT))
+		$(if $(FRIGATE_GIT),--frigate-git $(FRIGATE_GIT)) \
+		$(if $(CORAL_GIT),--coral-git $(CORAL_GIT))
 	NPUCTL_ROCKET_EMU=full $(PY) -m pytest $(PYTEST) -s tests/test_rocket_emulator.py
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants

@@ -436,13 +436,30 @@ def test_rocket_names_the_served_model_that_does_not_load(rocket_models):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("installed", "warned"), [("26.1.6-1~bpo13+1", True), ("26.2.6-1", False)])
+# Per Teflon, from teflon.yaml (derived from what real boards compute, hardware.yaml): what
+# each served model gets wrong there, and whether the wanted Teflon computes it.
+SERVE_WARNINGS = {
+    "26.1.6-1~bpo13+1": {
+        "mobilenet-v2": (
+            "packs each kernel as wide",
+            "npuctl doctor says how to install Mesa 26.2",
+        ),
+        "ssdlite": ("SSDLite MobileDet as published (086 and 087)", "no Mesa release npuctl knows"),
+    },
+    "26.2.6-1": {
+        "ssdlite": ("SSDLite MobileDet as published (086 and 087)", "no Mesa release npuctl knows"),
+    },
+}
+
+
+@pytest.mark.parametrize("installed", sorted(SERVE_WARNINGS))
 def test_rocket_says_which_served_model_the_installed_teflon_computes_wrongly(
-    rocket_models, tmp_path, installed, warned
+    rocket_models, tmp_path, installed
 ):
-    """On a board whose Teflon is known to add wrongly (Mesa 26.1: teflon.yaml), serving
-    MobileNet V2 logs one line naming the model, the Teflon and what to install; the model
-    is served as asked."""
+    """On a board whose Teflon real boards show computing a served model wrongly (teflon.yaml),
+    serving it logs one line naming the model, the Teflon, what goes wrong and either what to
+    install or that no Mesa release computes it; the model is served as asked, and a model
+    the boards compute right under that Teflon is not named."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     dpkg_query = bin_dir / "dpkg-query"
@@ -453,15 +470,20 @@ def test_rocket_says_which_served_model_the_installed_teflon_computes_wrongly(
         "NPUCTL_PLATFORM": "rocket",
         "PATH": f"{bin_dir}:{rocket_models.env.get('PATH', '')}",
     }
-    server = start(env, "--models", "mobilenet,mobilenet-v2")
+    server = start(env, "--models", "mobilenet,mobilenet-v2,ssdlite")
     try:
-        assert server.request("GET", "/v2/models/mobilenet-v2/ready").status == 200
+        for name in ("mobilenet", "mobilenet-v2", "ssdlite"):
+            assert server.request("GET", f"/v2/models/{name}/ready").status == 200
     finally:
         assert server.stop() == 0
     lines = [line for line in server.stderr.splitlines() if "Mesa Teflon" in line]
-    if warned:
-        (line,) = lines
-        assert f"mobilenet-v2: Mesa Teflon {installed} adds (residual additions, ADD)" in line
-        assert "npuctl doctor says how to install Mesa 26.2" in line
-    else:
-        assert lines == []
+    warned = {
+        name: line
+        for line in lines
+        for name in SERVE_WARNINGS[installed]
+        if f"{name}: Mesa Teflon {installed}" in line
+    }
+    assert sorted(warned) == sorted(SERVE_WARNINGS[installed]), lines
+    assert len(lines) == len(warned), lines
+    for name, (what, then) in SERVE_WARNINGS[installed].items():
+        assert what in warned[name] and then in warned[name], warned[name]

@@ -1,6 +1,7 @@
 """python -m rocket_emu prepare --dist DIST --work WORK [--emulator-git PATH] [--frigate-git
-PATH]: build (or find cached) QEMU with the Orange Pi 5 Plus machine and the board's root file
-system, and the pinned files of Frigate the board runs.
+PATH] [--coral-git PATH]: build (or find cached) QEMU with the Orange Pi 5 Plus machine and the
+board's root file system, the pinned files of Frigate the board runs and the published models
+it runs as Mesa's tests do (Coral's test data; left out, and said, where not given).
 python -m rocket_emu cached --dist DIST: exit 0 when both are cached, else say what is not.
 python -m rocket_emu frigate --frigate-git PATH: cache every pinned set of Frigate's files (the
 board's, and the GenAI client npuctl serve's tests run).
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--work", type=Path, required=True)
     prepare.add_argument("--emulator-git", type=Path, default=None)
     prepare.add_argument("--frigate-git", type=Path, default=None)
+    prepare.add_argument("--coral-git", type=Path, default=None)
     frigate = commands.add_parser("frigate", help="cache Frigate's pinned files")
     frigate.add_argument("--frigate-git", type=Path, required=True)
     cached = commands.add_parser("cached", help="exit 0 when a run needs no build")
@@ -51,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         emulator = sources.emulator_files(pins, args.emulator_git)
         for pinned in FRIGATE_SETS:
             sources.frigate_files(pins, args.frigate_git, pinned)
+        if sources.published_files(pins, args.coral_git) is None:
+            print(
+                "published models: not cached and no CORAL_GIT given: the published cases "
+                "are left out of the run"
+            )
         qemu = qemu_build.build(pins, emulator, args.work)
         print(f"QEMU: {qemu} ({round(time.monotonic() - started, 1)} s)")
         started = time.monotonic()

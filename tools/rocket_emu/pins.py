@@ -103,6 +103,14 @@ def _case_problem(pins: Pins) -> str | None:
             return f"golden case {case['name']}: expect names {sorted(expect)}, not {versions}"
         if isinstance(observed, dict) and not set(observed) <= set(versions):
             return f"golden case {case['name']}: observed names {sorted(observed)}, not {versions}"
+        blind_spots = case.get("blind_spots", {})
+        if not set(blind_spots) <= set(versions):
+            return f"golden case {case['name']}: blind_spots names {sorted(blind_spots)}"
+        unknown = {name for names in blind_spots.values() for name in names} - set(
+            pins.data.get("blind_spots", {})
+        )
+        if unknown:
+            return f"golden case {case['name']}: blind spots not described: {sorted(unknown)}"
         explained = case.get("explained", {})
         if not set(explained) <= set(versions):
             return (

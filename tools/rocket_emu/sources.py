@@ -170,3 +170,41 @@ def frigate_files(pins: Pins, repository: Path | None, pinned: str = "frigate") 
 def frigate_cache(pins: Pins, pinned: str = "frigate") -> Path:
     blobs = sorted(pins.data[pinned]["files"].values())
     return cache() / f"frigate-{hashlib.sha256(''.join(blobs).encode()).hexdigest()[:16]}"
+
+
+def published_files(pins: Pins, repository: Path | None) -> Path | None:
+    """The published models and photograph (Coral's test data), each by its name in one
+    folder, checked against the pinned commit, blob ids and checksums, cached by them; None
+    where they are neither cached nor given (the published cases are then left out)."""
+    published = pins.data["published"]
+    target = published_cache(pins)
+    if target.is_dir():
+        return target
+    if repository is None:
+        return None
+    git = git_dir(repository)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name, pinned in published["files"].items():
+        found = _git(git, "rev-parse", f"{published['commit']}:{name}")
+        data = _git(git, "cat-file", "blob", pinned["blob"]).stdout
+        if (
+            found.returncode != 0
+            or found.stdout.decode().strip() != pinned["blob"]
+            or hashlib.sha256(data).hexdigest() != pinned["sha256"]
+        ):
+            raise EmulationError(
+                Stage.INPUTS,
+                f"{published['commit']}:{name} in {repository} is not the pinned blob "
+                f"{pinned['blob']} with sha256 {pinned['sha256']}",
+                ExitCode.INPUT,
+            )
+        (partial / name).write_bytes(data)
+    partial.replace(target)
+    return target
+
+
+def published_cache(pins: Pins) -> Path:
+    sums = sorted(pinned["sha256"] for pinned in pins.data["published"]["files"].values())
+    return cache() / f"published-{hashlib.sha256(''.join(sums).encode()).hexdigest()[:16]}"

@@ -30,6 +30,39 @@ def _hex(values: list[int | str]) -> str:
     return ", ".join(f"0x{value:x}" if isinstance(value, int) else value for value in values)
 
 
+def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
+    """The cases that stand for Mesa's tests on real RK3588 boards, both verdicts per Teflon."""
+    if not hardware:
+        return []
+    lines = [
+        "",
+        "Held to real boards: each case that stands for one of Mesa's Teflon tests (which Mesa's",
+        "CI runs on real RK3588 boards; npuctl/src/npuctl/platforms/rocket/hardware.yaml), the",
+        "boards' verdict under each Teflon's release beside this run's, by Mesa's method on the",
+        f"published files (every element within {hardware['tolerance']} of the CPU's) and by",
+        "npuctl's golden check on a lookalike. Where they part, the blind spots the case names",
+        "(emulation/rk3588.yaml: blind_spots) say why.",
+        "",
+        "| case | Mesa's test | what it runs | "
+        + " | ".join(f"boards / emulated, {name}" for name in names)
+        + " | blind spots |",
+        "|---|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for row in hardware["rows"]:
+        cells = [
+            f"{row['teflons'][name]['boards']} / {row['teflons'][name]['emulated'] or 'not run'}"
+            for name in names
+        ]
+        spots = sorted({s for name in names for s in row["teflons"][name]["blind_spots"]})
+        runs = ("lookalike: " if row["lookalike"] else "published: ") + row["runs"]
+        lines.append(
+            f"| {row['case']} | `{row['test']}` | {runs} | "
+            + " | ".join(cells)
+            + f" | {', '.join(spots) or '-'} |"
+        )
+    return lines
+
+
 def render(report: dict, source: str) -> str:
     qemu, guest, boot = (
         report["qemu_build_seconds"],
@@ -114,6 +147,7 @@ def render(report: dict, source: str) -> str:
             )
             said = doctor.get("teflon.version", doctor.get("teflon.installed"))
             lines.append(f"| {name} | {how} | {said} | {doctor.get('golden.mobilenet-v2')} |")
+    lines += _hardware_lines(report.get("hardware"), names)
     served = report["served"]
     cores = served["core_jobs"]
     lines += [

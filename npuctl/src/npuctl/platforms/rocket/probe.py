@@ -5,9 +5,10 @@ the answer (the last line, JSON) and stderr.
 python -m npuctl.platforms.rocket.probe delegate LIBRARY
     dlopen the delegate and create one, as TFLite's external-delegate loader does. Only the
     standard library is used, so any Python (even one under qemu-user) can run it.
-python -m npuctl.platforms.rocket.probe golden MODEL LIBRARY
-    the same fixed input through the delegate and through the CPU interpreter; the golden
-    check's verdict (a classifier's scores, or an SSD detector's detections).
+python -m npuctl.platforms.rocket.probe golden MODEL LIBRARY [PICTURE]
+    the same input (PICTURE scaled to the model's input, else a fixed pattern) through the
+    delegate and through the CPU interpreter; the golden check's verdict (a classifier's
+    scores, or an SSD detector's detections).
 python -m npuctl.platforms.rocket.probe model MODEL [LIBRARY]
     load MODEL with ai-edge-litert (through the delegate when given), run it once on zeros
     and describe its tensors.
@@ -85,19 +86,28 @@ def model(model_path: str, library: str | None) -> dict[str, object]:
     return {"ok": True, **described}
 
 
-def golden_input(shape: Any, dtype: Any) -> Any:
-    """The golden check's input: the same on both sides, every run."""
+def golden_input(shape: Any, dtype: Any, picture: str | None = None) -> Any:
+    """The golden check's input: the same on both sides, every run; a photograph scaled to
+    the input's size where one is given (what a camera sends), else a fixed pattern."""
     import numpy as np
 
-    data = np.random.default_rng(20251122).integers(0, 256, shape).astype(np.int16)
+    if picture is not None and len(shape) == 4 and shape[-1] == 3:
+        from PIL import Image
+
+        with Image.open(picture) as opened:
+            scaled = opened.convert("RGB").resize((int(shape[2]), int(shape[1])))
+        data = np.asarray(scaled, np.int16).reshape(shape)
+    else:
+        data = np.random.default_rng(20251122).integers(0, 256, shape).astype(np.int16)
     if np.dtype(dtype) == np.int8:
         data -= 128
     return data.astype(dtype)
 
 
-def golden(model_path: str, library: str) -> dict[str, object]:
+def golden(model_path: str, library: str, picture: str | None = None) -> dict[str, object]:
     """The same input through the delegate and through the CPU: a classifier's scores element
-    by element, an SSD detector's post-processed detections."""
+    by element, an SSD detector's post-processed detections; the input a photograph where one
+    is given."""
 
     from .golden import compare, compare_detections
     from .litert import describe, interpreter
@@ -106,7 +116,7 @@ def golden(model_path: str, library: str) -> dict[str, object]:
     for delegate in (Path(library), None):
         loaded = interpreter(Path(model_path), delegate, quiet=False)
         (tensor,) = loaded.get_input_details()
-        loaded.set_tensor(tensor["index"], golden_input(tensor["shape"], tensor["dtype"]))
+        loaded.set_tensor(tensor["index"], golden_input(tensor["shape"], tensor["dtype"], picture))
         loaded.invoke()
         answers.append(
             [loaded.get_tensor(output["index"]).copy() for output in loaded.get_output_details()]
@@ -126,6 +136,9 @@ def golden(model_path: str, library: str) -> dict[str, object]:
         "passed": verdict.passed,
         "verdict": verdict.describe(),
         "additions": _additions(loaded),
+        # A classifier's or a feature map's largest element difference, for Mesa's own
+        # per-element method (its tests allow TOLERANCE 6 and nothing else).
+        "max_difference": getattr(verdict, "max_difference", None),
     }
 
 
@@ -159,7 +172,7 @@ def main(argv: list[str]) -> int:
             answer = (
                 model(argv[1], argv[2] if len(argv) > 2 else None)
                 if argv[0] == "model"
-                else golden(argv[1], argv[2])
+                else golden(argv[1], argv[2], argv[3] if len(argv) > 3 else None)
             )
         except Exception as error:  # the runtime's own words are the answer
             answer = {

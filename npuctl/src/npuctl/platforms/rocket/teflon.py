@@ -20,12 +20,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Wrong:
-    """Something a Mesa release computes wrongly: what, the models it touches, and which of
-    npuctl's served models are among them."""
+    """Something a Mesa release computes wrongly: what, the models it touches, which of
+    npuctl's served models are among them, and the tests of Mesa's lists that show it on
+    real boards (hardware.yaml)."""
 
+    id: str  # the same in every release that computes it wrongly
     what: str
     models: str
     served: tuple[str, ...]
+    evidence: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class Teflon:
         npuctl does not know the release."""
         found = release(version)
         return None if found is None else self.releases.get(found)
+
+    def fixed_by_wanted(self, version: str | None) -> tuple[Wrong, ...]:
+        """What the installed version's release computes wrongly and the wanted one right."""
+        still = {item.id for item in self.releases.get(self.wanted_release, ())}
+        return tuple(item for item in self.wrong_in(version) or () if item.id not in still)
 
     def build(self, version: str) -> dict:
         return next(build for build in self.builds if build["version"] == version)
@@ -76,7 +84,13 @@ def description() -> Teflon:
         builds=tuple(document["builds"]),
         releases={
             _release_key(key): tuple(
-                Wrong(str(item["what"]), str(item["models"]), tuple(item["served"]))
+                Wrong(
+                    str(item["id"]),
+                    str(item["what"]),
+                    str(item["models"]),
+                    tuple(item["served"]),
+                    tuple(item["evidence"]),
+                )
                 for item in entry["wrong"]
             )
             for key, entry in document["releases"].items()

@@ -207,16 +207,23 @@ def _warn_of_known_wrong(settings: Settings, chosen: list[str]) -> None:
     from npuctl.system import System
 
     version = teflon.installed(System())
-    for wrong in teflon.description().wrong_in(version) or ():
-        for name in sorted(set(chosen) & set(wrong.served)):
-            log.warning(
-                "%s: Mesa Teflon %s %s; its answers differ from the CPU's (npuctl doctor says "
-                "how to install Mesa %s)",
-                name,
-                version,
-                wrong.what,
-                ".".join(map(str, teflon.description().wanted_release)),
-            )
+    known = teflon.description()
+    fixed = known.fixed_by_wanted(version)
+    wrong = known.wrong_in(version) or ()
+    for name in chosen:
+        causes = [item for item in wrong if name in item.served]
+        if not causes:
+            continue
+        log.warning(
+            "%s: Mesa Teflon %s %s; its answers differ from the CPU's (%s)",
+            name,
+            version,
+            "; and ".join(item.what for item in causes),
+            f"npuctl doctor says how to install Mesa {'.'.join(map(str, known.wanted_release))}"
+            if all(item in fixed for item in causes)
+            else "no Mesa release npuctl knows computes it as real RK3588 boards show; "
+            "npuctl doctor's golden check says what this board computes",
+        )
 
 
 def upload(
