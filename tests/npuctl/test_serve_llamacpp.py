@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -284,3 +285,42 @@ def test_rocket_says_it_embeds_nothing_in_llamacpps_shape(rocket_models) -> None
         assert props["modalities"]["vision"] is False
     finally:
         assert server.stop() == 0
+
+
+def peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+def test_long_thin_pictures_are_embedded_from_their_crop_alone(llama_server: Server) -> None:
+    """A 1x10000 JPEG of 4 KB once became a 224x2240000 picture (1.5 GB) before the centre
+    crop, and a 1x10000000 PNG a size Pillow could not hold (500): only the crop's lines are
+    resampled now, through every protocol that takes an image."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 10_000_000), (9, 99, 200)).save(buffer, format="PNG")
+    pictures = [jpeg(Image.new("RGB", (1, 10000), (200, 30, 30)), quality=50), buffer.getvalue()]
+    pictures.append(jpeg(Image.new("RGB", (10000, 1), (200, 30, 30)), quality=50))
+    assert embeddings(llama_server, {"content": "warm"}).status == 200
+    before = peak_rss_kib(llama_server.process.pid)
+    for picture in pictures:
+        encoded = base64.b64encode(picture).decode()
+        item = {"prompt_string": "<__m__>\n", "multimodal_data": [encoded]}
+        answer = embeddings(llama_server, {"content": [item]})
+        assert answer.status == 200, answer.body[:300]
+        openai = llama_server.embed({"input": f"data:image/png;base64,{encoded}"})
+        assert openai.status == 200, openai.body[:300]
+        vector = json.loads(answer.body)[0]["embedding"][0]
+        assert np.allclose(openai.json()["data"][0]["embedding"], vector)
+        entries = json.dumps({"clip": {"visual": {"modelName": MODEL}}}).encode()
+        form = (
+            b'--b\r\nContent-Disposition: form-data; name="entries"\r\n\r\n'
+            + entries
+            + b'\r\n--b\r\nContent-Disposition: form-data; name="image"; filename="p"\r\n\r\n'
+            + picture
+            + b"\r\n--b--\r\n"
+        )
+        headers = {"Content-Type": "multipart/form-data; boundary=b"}
+        immich = llama_server.request("POST", "/predict", form, headers=headers)
+        assert immich.status == 200, immich.body[:300]
+    grown = peak_rss_kib(llama_server.process.pid) - before
+    assert grown < 200 * 1024, f"the peak resident memory grew by {grown} KiB"
