@@ -117,7 +117,9 @@ class HttpServer:
         if route.body is None:
             return await route.handler(call)
         try:
-            async with service.bodies.held(call.held_in_memory(), service.limits.body_timeout):
+            async with service.bodies.held(
+                call.held_in_memory(), service.limits.body_timeout
+            ) as call.hold:
                 return await route.handler(call)
         except MemoryBusy:
             raise ApiError(
