@@ -328,7 +328,8 @@ def unauthorized() -> ApiError:
 def not_well_formed() -> ApiError:
     return ApiError(
         400,
-        "the body does not decode: its Content-Encoding or its chunked framing is broken",
+        "the body does not decode: its Content-Encoding or its chunked framing is broken, or "
+        "it ended before its Content-Length",
         "invalid_request",
     )
 
