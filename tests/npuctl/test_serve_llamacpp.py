@@ -226,6 +226,8 @@ def test_texts_and_images_come_back_in_content_order(llama_server: Server, bus_j
         ({"content": "   "}, 400, "empty"),
         ({"content": ["a"] * 65}, 400, "at most 64"),
         ({"content": "a", "model": "llama-3"}, 404, "not served here"),
+        ({"content": "a", "model": ["clip"]}, 400, "must be a string"),
+        ({"content": "a", "model": 7}, 400, "must be a string"),
         (
             {"content": [{"prompt_string": "<__media__>\n", "multimodal_data": ["AAAA"]}]},
             400,
@@ -324,3 +326,11 @@ def test_long_thin_pictures_are_embedded_from_their_crop_alone(llama_server: Ser
         assert immich.status == 200, immich.body[:300]
     grown = peak_rss_kib(llama_server.process.pid) - before
     assert grown < 200 * 1024, f"the peak resident memory grew by {grown} KiB"
+
+
+def test_props_checks_every_model_a_peer_repeats(llama_server: Server) -> None:
+    assert llama_server.request("GET", f"/props?model={MODEL}&model={MODEL}").status == 200
+    for query in (f"model={MODEL}&model=llama-3", f"model=llama-3&model={MODEL}"):
+        answer = llama_server.request("GET", f"/props?{query}")
+        assert answer.status == 404, (query, answer.body)
+        assert "llama-3" in answer.json()["error"]["message"]
