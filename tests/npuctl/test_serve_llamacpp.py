@@ -334,3 +334,10 @@ def test_props_checks_every_model_a_peer_repeats(llama_server: Server) -> None:
         answer = llama_server.request("GET", f"/props?{query}")
         assert answer.status == 404, (query, answer.body)
         assert "llama-3" in answer.json()["error"]["message"]
+
+
+def test_a_model_is_found_by_an_alias_the_list_gives_it(llama_server: Server) -> None:
+    entry = llama_server.request("GET", f"/v1/models/{MODEL}")
+    assert entry.status == 200, entry.body
+    assert entry.json()["id"] == "clip" and MODEL in entry.json()["aliases"]
+    assert llama_server.request("GET", "/v1/models/llama-3").status == 404
