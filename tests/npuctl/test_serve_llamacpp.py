@@ -341,3 +341,11 @@ def test_a_model_is_found_by_an_alias_the_list_gives_it(llama_server: Server) ->
     assert entry.status == 200, entry.body
     assert entry.json()["id"] == "clip" and MODEL in entry.json()["aliases"]
     assert llama_server.request("GET", "/v1/models/llama-3").status == 404
+
+
+def test_paths_under_llamacpps_routes_answer_404_in_its_shape(llama_server: Server) -> None:
+    for path in ("/props/", "/props/x", "/embeddings/x"):
+        answer = llama_server.request("GET", path)
+        assert answer.status == 404, (path, answer.body)
+        error = answer.json()["error"]
+        assert error["code"] == 404 and error["type"] == "not_found_error", (path, error)

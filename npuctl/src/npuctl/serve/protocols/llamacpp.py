@@ -427,6 +427,6 @@ API = HttpApi(
     error_body,
     "LlamaError",
     schemas,
-    ("/embeddings", "/props", "/upstream/"),
+    ("/embeddings", "/embeddings/", "/props", "/props/", "/upstream/"),
     options=(_media_marker_option,),
 )
