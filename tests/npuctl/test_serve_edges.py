@@ -62,6 +62,25 @@ def test_an_endless_header_is_cut_at_the_limit_with_431(clip_board: Board) -> No
         assert server.stop() == 0
 
 
+def test_answers_aiohttp_writes_itself_name_no_versions(clip_board: Board) -> None:
+    server = start(clip_board.env)
+    try:
+        for head in (
+            b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+            b"POST /embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: bogus\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Bad\x01: y\r\n\r\n",
+        ):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+                raw.sendall(head)
+                answer = raw.recv(65536)
+            assert re.match(rb"HTTP/1\.[01] 4\d\d ", answer), answer[:200]
+            assert b"\r\nServer: npuctl-serve\r\n" in answer, answer[:300]
+            assert b"aiohttp" not in answer and b"Python/" not in answer, answer[:300]
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_head_sent_slowly_is_closed_at_the_head_timeout(clip_board: Board) -> None:
     server = start(clip_board.env, "--head-timeout", "1", "--body-timeout", "30")
     try:
@@ -105,6 +124,82 @@ def test_an_urlencoded_form_of_many_fields_is_a_4xx_in_deepstack_shape(yolo_boar
             served_and_clean(server)
         finally:
             assert server.stop() == 0
+
+
+# -- bodies --------------------------------------------------------------------------------
+def test_a_chunked_body_trickled_holds_what_it_sent_not_the_whole_budget(clip_board):
+    """A chunked body once held its route's limit x 24 of the body budget (the whole budget)
+    from its first byte, so one peer trickling one kept every other body waiting until the
+    body timeout and then 503."""
+    server = start(clip_board.env, "--body-timeout", "5", "--memory-limit", str(600 * 2**20))
+    try:
+        holders = []
+        for path in (b"/embeddings", b"/v1/embeddings", b"/v2/models/clip-text/infer"):
+            holder = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            holder.sendall(
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n" % path
+            )
+            assert holder.recv(100).startswith(b"HTTP/1.1 100"), path  # its handler runs
+            holder.sendall(b"1\r\n{\r\n")
+            holders.append(holder)
+        began = time.monotonic()
+        small = server.embed({"input": "a person"})
+        assert small.status == 200, small.body
+        llama = server.request("POST", "/embeddings", {"content": "a person"})
+        assert llama.status == 200, llama.body
+        assert time.monotonic() - began < 4, "the small requests waited for the trickling one"
+        for holder in holders:
+            assert holder.recv(200).startswith(b"HTTP/1.1 408")
+            holder.close()
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_body_that_does_not_decode_is_400_in_each_protocols_shape(clip_board, encoding):
+    server = start(clip_board.env)
+    try:
+        headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+        for path, error in (
+            ("/embeddings", lambda body: body["error"]["message"]),  # llama.cpp
+            ("/v1/embeddings", lambda body: body["error"]["message"]),  # OpenAI
+            ("/v2/models/clip-text/infer", lambda body: body["error"]),  # KServe
+        ):
+            answer = server.request("POST", path, b"garbage!", headers=headers)
+            assert answer.status == 400, (path, answer.body)
+            assert "does not decode" in error(answer.json()), (path, answer.body)
+        form = {"Content-Type": "multipart/form-data; boundary=b", "Content-Encoding": encoding}
+        immich = server.request("POST", "/predict", b"garbage!", headers=form)
+        assert immich.status == 400 and "does not decode" in immich.json()["detail"], immich.body
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_client_that_hangs_up_inside_its_body_is_no_internal_error(clip_board: Board) -> None:
+    server = start(clip_board.env)
+    try:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as peer:
+                peer.sendall(
+                    b"POST /embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                    b"Expect: 100-continue\r\n\r\n"
+                )
+                assert peer.recv(100).startswith(b"HTTP/1.1 100")  # inside its handler
+                peer.sendall(b'{"content"')
+                peer.shutdown(socket.SHUT_WR)
+                assert peer.recv(300) == b""
+        deadline = time.monotonic() + 30
+        kinds = ('{kind="cancelled"}', '{kind="invalid_request"}')  # lost, or cut short
+        while sum(server.metric(f"npuctl_serve_errors_total{kind}") for kind in kinds) < 1:
+            assert time.monotonic() < deadline, server.stderr  # (was: each one "internal")
+        assert server.metric('npuctl_serve_errors_total{kind="internal"}') == 0
+        assert "internal error" not in server.stderr
+        served_and_clean(server)
+    finally:
+        assert server.stop() == 0
 
 
 def test_a_binary_data_size_that_is_not_a_whole_number_is_400(clip_board: Board) -> None:

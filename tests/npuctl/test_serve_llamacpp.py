@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -225,6 +226,8 @@ def test_texts_and_images_come_back_in_content_order(llama_server: Server, bus_j
         ({"content": "   "}, 400, "empty"),
         ({"content": ["a"] * 65}, 400, "at most 64"),
         ({"content": "a", "model": "llama-3"}, 404, "not served here"),
+        ({"content": "a", "model": ["clip"]}, 400, "must be a string"),
+        ({"content": "a", "model": 7}, 400, "must be a string"),
         (
             {"content": [{"prompt_string": "<__media__>\n", "multimodal_data": ["AAAA"]}]},
             400,
@@ -284,3 +287,65 @@ def test_rocket_says_it_embeds_nothing_in_llamacpps_shape(rocket_models) -> None
         assert props["modalities"]["vision"] is False
     finally:
         assert server.stop() == 0
+
+
+def peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+def test_long_thin_pictures_are_embedded_from_their_crop_alone(llama_server: Server) -> None:
+    """A 1x10000 JPEG of 4 KB once became a 224x2240000 picture (1.5 GB) before the centre
+    crop, and a 1x10000000 PNG a size Pillow could not hold (500): only the crop's lines are
+    resampled now, through every protocol that takes an image."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 10_000_000), (9, 99, 200)).save(buffer, format="PNG")
+    pictures = [jpeg(Image.new("RGB", (1, 10000), (200, 30, 30)), quality=50), buffer.getvalue()]
+    pictures.append(jpeg(Image.new("RGB", (10000, 1), (200, 30, 30)), quality=50))
+    assert embeddings(llama_server, {"content": "warm"}).status == 200
+    before = peak_rss_kib(llama_server.process.pid)
+    for picture in pictures:
+        encoded = base64.b64encode(picture).decode()
+        item = {"prompt_string": "<__m__>\n", "multimodal_data": [encoded]}
+        answer = embeddings(llama_server, {"content": [item]})
+        assert answer.status == 200, answer.body[:300]
+        openai = llama_server.embed({"input": f"data:image/png;base64,{encoded}"})
+        assert openai.status == 200, openai.body[:300]
+        vector = json.loads(answer.body)[0]["embedding"][0]
+        assert np.allclose(openai.json()["data"][0]["embedding"], vector)
+        entries = json.dumps({"clip": {"visual": {"modelName": MODEL}}}).encode()
+        form = (
+            b'--b\r\nContent-Disposition: form-data; name="entries"\r\n\r\n'
+            + entries
+            + b'\r\n--b\r\nContent-Disposition: form-data; name="image"; filename="p"\r\n\r\n'
+            + picture
+            + b"\r\n--b--\r\n"
+        )
+        headers = {"Content-Type": "multipart/form-data; boundary=b"}
+        immich = llama_server.request("POST", "/predict", form, headers=headers)
+        assert immich.status == 200, immich.body[:300]
+    grown = peak_rss_kib(llama_server.process.pid) - before
+    assert grown < 200 * 1024, f"the peak resident memory grew by {grown} KiB"
+
+
+def test_props_checks_every_model_a_peer_repeats(llama_server: Server) -> None:
+    assert llama_server.request("GET", f"/props?model={MODEL}&model={MODEL}").status == 200
+    for query in (f"model={MODEL}&model=llama-3", f"model=llama-3&model={MODEL}"):
+        answer = llama_server.request("GET", f"/props?{query}")
+        assert answer.status == 404, (query, answer.body)
+        assert "llama-3" in answer.json()["error"]["message"]
+
+
+def test_a_model_is_found_by_an_alias_the_list_gives_it(llama_server: Server) -> None:
+    entry = llama_server.request("GET", f"/v1/models/{MODEL}")
+    assert entry.status == 200, entry.body
+    assert entry.json()["id"] == "clip" and MODEL in entry.json()["aliases"]
+    assert llama_server.request("GET", "/v1/models/llama-3").status == 404
+
+
+def test_paths_under_llamacpps_routes_answer_404_in_its_shape(llama_server: Server) -> None:
+    for path in ("/props/", "/props/x", "/embeddings/x"):
+        answer = llama_server.request("GET", path)
+        assert answer.status == 404, (path, answer.body)
+        error = answer.json()["error"]
+        assert error["code"] == 404 and error["type"] == "not_found_error", (path, error)

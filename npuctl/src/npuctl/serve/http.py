@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_response
 
 from ..errors import ExitCode, NpuctlError
 from . import affinity
@@ -33,6 +33,10 @@ log = logging.getLogger("npuctl.serve")
 JSON = "application/json"
 ENCODINGS = ("identity", "gzip", "deflate")  # request bodies aiohttp decompresses for us
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SERVER = "npuctl-serve"
+# aiohttp names itself and Python's version in every answer no handler wrote (its own 400s for
+# a head it cannot parse, the refusals of Expect): the default it takes for them, ours.
+web_response.SERVER_SOFTWARE = SERVER
 
 
 class HttpServer:
@@ -117,7 +121,9 @@ class HttpServer:
         if route.body is None:
             return await route.handler(call)
         try:
-            async with service.bodies.held(call.held_in_memory(), service.limits.body_timeout):
+            async with service.bodies.held(
+                call.held_in_memory(), service.limits.body_timeout
+            ) as call.hold:
                 return await route.handler(call)
         except MemoryBusy:
             raise ApiError(
@@ -174,7 +180,7 @@ class HttpServer:
             # ignores an answer of the expect handler, so a refusal can come from here too).
             response.force_close()
             response.headers["Connection"] = "close"
-        response.headers["Server"] = "npuctl-serve"
+        response.headers["Server"] = SERVER
 
     def _error(self, api: HttpApi, error: ApiError) -> web.Response:
         self.service.metrics.errors.labels(error.kind).inc()

@@ -31,6 +31,8 @@ _DECODER = {"JPEG": 0.25, "PNG": 0.1, "BMP": 0.3, "WEBP": 12.5}
 RGB_BYTES = 4  # Pillow stores RGB in 4 bytes a pixel
 # Parsing JSON makes objects of the text: at most this many bytes a byte ('[],' is a list).
 JSON_EXPANSION = 24
+# What a body that says no size holds before its bytes arrive (then as they do).
+UNDECLARED_FIRST = 64 * 1024
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -174,9 +176,9 @@ class ByteBudget:
         self._freed = asyncio.Condition()
 
     @contextlib.asynccontextmanager
-    async def held(self, size: int, timeout: float) -> AsyncIterator[None]:
-        """Hold ``size`` bytes (at most all of them) for the block; MemoryBusy when they are
-        not free within ``timeout`` seconds."""
+    async def held(self, size: int, timeout: float) -> AsyncIterator[Held]:
+        """Hold ``size`` bytes (at most all of them) for the block, and what the block grows
+        its hold to; MemoryBusy when they are not free within ``timeout`` seconds."""
         size = min(size, self.total)
         async with self._freed:
             try:
@@ -186,11 +188,12 @@ class ByteBudget:
             except TimeoutError:
                 raise MemoryBusy from None
             self.used += size
+        hold = Held(self, size)
         try:
-            yield
+            yield hold
         finally:
             async with self._freed:
-                self.used -= size
+                self.used -= hold.size
                 self._freed.notify_all()
 
     async def resize(self, total: int) -> None:
@@ -198,3 +201,25 @@ class ByteBudget:
         async with self._freed:
             self.total = total
             self._freed.notify_all()
+
+
+class Held:
+    """The bytes one request holds of a ByteBudget. A body that says no size (chunked, or
+    compressed) starts with UNDECLARED_FIRST and grows its hold as its bytes arrive, so that a
+    peer trickling one holds what it has sent, not the whole budget."""
+
+    def __init__(self, budget: ByteBudget, size: int) -> None:
+        self._budget = budget
+        self.size = size
+
+    def grow(self, size: int) -> None:
+        """Hold ``size`` bytes (at most all of them) from now on; MemoryBusy at once when the
+        rest is not free (waiting would let two growing bodies hold each other up)."""
+        budget = self._budget
+        more = min(size, budget.total) - self.size
+        if more <= 0:
+            return
+        if budget.used + more > budget.total:
+            raise MemoryBusy
+        budget.used += more
+        self.size += more

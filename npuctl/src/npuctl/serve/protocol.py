@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from . import auth
 from .errors import ApiError
-from .memory import JSON_EXPANSION
+from .memory import JSON_EXPANSION, UNDECLARED_FIRST, Held
 
 if TYPE_CHECKING:
     from ..models.manifest import FrigateFacts
@@ -157,6 +158,7 @@ class Call:
     service: Service
     threads: Executor
     apis: tuple[HttpApi, ...]  # every protocol the server speaks over HTTP
+    hold: Held | None = None  # its share of the body budget, while its route's handler runs
 
     # -- who may call ----------------------------------------------------------------------
     @property
@@ -187,30 +189,47 @@ class Call:
             kind="too_large",
         )
 
-    def held_in_memory(self) -> int:
-        """What reading (and parsing) this body may hold: its declared size, or the route's
-        limit where it says none (chunked or compressed)."""
-        request = self.request
-        compressed = request.headers.get("Content-Encoding", "identity").lower() != "identity"
-        size = request.content_length
-        size = self.body_limit if size is None or compressed else min(size, self.body_limit)
+    def held_in_memory(self, size: int | None = None) -> int:
+        """What reading (and parsing) ``size`` bytes of this body may hold; by default, what
+        it holds before any arrive: its declared size, or UNDECLARED_FIRST where it says none
+        (chunked or compressed: it grows as the body arrives, up to the route's limit)."""
+        if size is None:
+            request = self.request
+            encoding = request.headers.get("Content-Encoding", "identity").lower()
+            size = request.content_length
+            if size is None or encoding != "identity":
+                size = UNDECLARED_FIRST
+        size = min(size, self.body_limit)
         return size * JSON_EXPANSION if self.route.parsed else size
 
+    def _arrived(self, size: int) -> None:
+        """``size`` bytes of the body are here: over the route's limit, 413; the hold grows to
+        them (MemoryBusy, a 503, when the budget has no room left)."""
+        if size > self.body_limit:
+            raise self.too_large(size)
+        if self.hold is not None:
+            self.hold.grow(self.held_in_memory(size))
+
     async def body(self) -> bytes:
-        """The whole body, held to the route's limit and the body timeout."""
+        """The whole body, held to the route's limit and the body timeout, charged to the
+        body budget as it arrives."""
         timeout = self.service.limits.body_timeout
-        request = self.request
+        content = self.request.content
+        chunks: list[bytes] = []
+        size = 0
         try:
-            if request.content.is_eof():  # all here already: no timer needed
-                body = await request.read()
-            else:
-                async with asyncio.timeout(timeout):
-                    body = await request.read()
+            async with asyncio.timeout(timeout):
+                while chunk := await content.readany():
+                    size += len(chunk)
+                    self._arrived(size)
+                    chunks.append(chunk)
         except TimeoutError:
             raise too_slow(timeout) from None
-        if len(body) > self.body_limit:  # a chunked or compressed body says its size at the end
-            raise self.too_large(len(body))
-        return body
+        except RequestPayloadError:  # compressed or chunked framing that is not
+            raise not_well_formed() from None
+        except ConnectionResetError:
+            raise went_away() from None
+        return b"".join(chunks)
 
     async def form(self) -> dict[str, bytes]:
         """The form's fields by name (the first of repeated names), files as their bytes."""
@@ -231,6 +250,10 @@ class Call:
                 form = await request.post()  # urlencoded: held to client_max_size
         except TimeoutError:
             raise too_slow(timeout) from None
+        except RequestPayloadError:
+            raise not_well_formed() from None
+        except ConnectionResetError:
+            raise went_away() from None
         except (
             ValueError,
             AssertionError,
@@ -252,7 +275,7 @@ class Call:
         """A multipart form read into memory part by part, held to the upload limit as it
         arrives (aiohttp's own reading would spool files to a temporary file, which a
         read-only container has no room for)."""
-        limit, most = self.body_limit, self.service.limits.max_form_parts
+        most = self.service.limits.max_form_parts
         fields: dict[str, bytes] = {}
         total = 0
         reader = await self.request.multipart()
@@ -265,8 +288,7 @@ class Call:
             chunks = []
             while chunk := await part.read_chunk(65536):
                 total += len(chunk)
-                if total > limit:
-                    raise self.too_large(total)
+                self._arrived(total)
                 chunks.append(chunk)
             name = part_name(part)
             if name is not None:
@@ -300,6 +322,23 @@ def unauthorized() -> ApiError:
         "invalid_api_key",
         kind="unauthorized",
         headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def not_well_formed() -> ApiError:
+    return ApiError(
+        400,
+        "the body does not decode: its Content-Encoding or its chunked framing is broken, or "
+        "it ended before its Content-Length",
+        "invalid_request",
+    )
+
+
+def went_away() -> ApiError:
+    """The peer closed its connection inside the body: nobody is left to answer, and it is
+    not the server's failure."""
+    return ApiError(
+        400, "the connection closed before the body was whole", "invalid_request", kind="cancelled"
     )
 
 

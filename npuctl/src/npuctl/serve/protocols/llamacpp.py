@@ -84,9 +84,11 @@ def marker(service: Service) -> str:
 # -- handlers ------------------------------------------------------------------------------
 async def props(call: Call) -> web.Response:
     service = call.service
-    wanted = call.request.match_info.get("model") or call.request.query.get("model")
-    if wanted is not None and service.embedder is not None:
-        _check_model(wanted, service.embedder, service.model_names)
+    path_model = call.request.match_info.get("model")
+    wanted = [path_model] if path_model else call.request.query.getall("model", [])
+    if service.embedder is not None:
+        for model in wanted:  # every one a peer repeats, not only the first
+            _check_model(model, service.embedder, service.model_names)
     embedder = service.embedder
     name = service.model_names[0] if service.model_names else ""
     document = {
@@ -261,6 +263,8 @@ def _text(where: str, text: str, media_marker: str) -> Item:
 
 
 def _check_model(model: object, embedder: Embedder, model_names: tuple[str, ...]) -> None:
+    if not isinstance(model, str):
+        raise _invalid("'model' must be a string: a name from GET /v1/models")
     if model not in (*model_names, *embedder.immich_names):
         served = ", ".join((*model_names, *embedder.immich_names))
         raise ApiError(
@@ -423,6 +427,6 @@ API = HttpApi(
     error_body,
     "LlamaError",
     schemas,
-    ("/embeddings", "/props", "/upstream/"),
+    ("/embeddings", "/embeddings/", "/props", "/props/", "/upstream/"),
     options=(_media_marker_option,),
 )

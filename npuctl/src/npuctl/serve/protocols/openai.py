@@ -69,7 +69,7 @@ async def models(call: Call) -> web.Response:
 async def model(call: Call) -> web.Response:
     wanted = call.request.match_info["model"]
     for entry in _model_list(call.service):
-        if entry["id"] == wanted:
+        if wanted == entry["id"] or wanted in entry.get("aliases", ()):  # as the list names it
             return json_response(_dumps(entry))
     raise ApiError(
         404,

@@ -1,14 +1,25 @@
 """CLIP image preprocessing, as CLIP's own transform: shortest side to 224 (bicubic), centre
-crop 224x224, RGB scaled to [0, 1], normalised with CLIP's mean and std, channels first."""
+crop 224x224, RGB scaled to [0, 1], normalised with CLIP's mean and std, channels first.
+
+A picture far longer than wide (or wider than long) would be resized whole to 224 x (224 x its
+aspect ratio) before the crop threw nearly all of it away: a 1x10000 JPEG of 4 KB becomes a
+224x2240000 picture of 1.5 GB. Beyond EXACT_ASPECT only the source lines the crop reads are
+resampled, in Pillow's own order of passes, which gives the same picture to within one level in
+a few pixels (Pillow's box arithmetic places its filter's centres a hair differently); ordinary
+photos keep the resize-then-crop, bit for bit."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 from PIL import Image
 
 SIZE = 224
+# Up to this aspect ratio the whole picture is resized and then cropped, exactly as CLIP and
+# Immich do it (at most 224 x 1792 pixels resized); beyond it, only the crop's region.
+EXACT_ASPECT = 8
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
 # (x / 255 - mean) / std == x * gain + offset, per channel
@@ -24,10 +35,9 @@ def resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
         new_width, new_height = size, int(size * height / width)
     else:
         new_width, new_height = int(size * width / height), size
-    resized = _resize(image, new_width, new_height)
     left = round((new_width - size) / 2.0)
     top = round((new_height - size) / 2.0)
-    return resized.crop((left, top, left + size, top + size))
+    return _resized_crop(image, (new_width, new_height), (left, top), size)
 
 
 def immich_resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
@@ -40,15 +50,47 @@ def immich_resize_and_crop(image: Image.Image, size: int = SIZE) -> Image.Image:
         new_width, new_height = size, int((height / width) * size)
     else:
         new_width, new_height = int((width / height) * size), size
-    resized = _resize(image, new_width, new_height)
     left, top = int(new_width / 2 - size / 2), int(new_height / 2 - size / 2)
-    return resized.crop((left, top, left + size, top + size))
+    return _resized_crop(image, (new_width, new_height), (left, top), size)
 
 
-def _resize(image: Image.Image, width: int, height: int) -> Image.Image:
-    # One call on one thread: the server keeps its threads on one core, where splitting the
-    # passes into bands only costs the copies of the bands.
-    return image.resize((width, height), Image.Resampling.BICUBIC)
+def _resized_crop(
+    image: Image.Image, resized: tuple[int, int], corner: tuple[int, int], size: int
+) -> Image.Image:
+    """The size x size square at ``corner`` of ``image`` resized to ``resized``. One call on
+    one thread: the server keeps its threads on one core, where splitting the passes into
+    bands only costs the copies of the bands."""
+    (width, height), (new_width, new_height), (left, top) = image.size, resized, corner
+    if max(new_width, new_height) <= EXACT_ASPECT * size:
+        whole = image.resize(resized, Image.Resampling.BICUBIC)
+        return whole.crop((left, top, left + size, top + size))
+    # Pillow's two passes in its own order (across, then down), each over only the source
+    # lines the crop reads: the filter's reach on either side is 2 source lines per output
+    # line when shrinking, 2 when enlarging.
+    if new_height > new_width:  # tall: the rows the crop reads
+        scale = height / new_height
+        start, end = top * scale, (top + size) * scale
+        first, last = _reach(start, end, scale, height)
+        strip = image.crop((0, first, width, last)).resize(
+            (new_width, last - first), Image.Resampling.BICUBIC
+        )
+        down = (0, start - first, new_width, end - first)
+        square = strip.resize((new_width, size), Image.Resampling.BICUBIC, box=down)
+        return square.crop((left, 0, left + size, size))
+    scale = width / new_width  # wide: the columns the crop reads
+    start, end = left * scale, (left + size) * scale
+    first, last = _reach(start, end, scale, width)
+    across = (start - first, 0, end - first, height)
+    strip = image.crop((first, 0, last, height))
+    narrow = strip.resize((size, height), Image.Resampling.BICUBIC, box=across)
+    return narrow.resize((size, new_height), Image.Resampling.BICUBIC).crop(
+        (0, top, size, top + size)
+    )
+
+
+def _reach(start: float, end: float, scale: float, length: int) -> tuple[int, int]:
+    margin = math.ceil(2 * max(scale, 1.0)) + 2
+    return max(0, math.floor(start) - margin), min(length, math.ceil(end) + margin)
 
 
 def quantized(
