@@ -301,6 +301,31 @@ INVOCATIONS: tuple[Invocation, ...] = (
         11,  # no NPU device here: nothing to describe
         _one_line_error("/dev/aipu is not a character device"),
     ),
+    # No driver package is installed where these run: the guard's absence, one line each.
+    Invocation(
+        ("driver", "trials"),
+        lambda i: ["driver", "trials", "aipu"],
+        2,
+        _one_line_error("no trial guard is installed", "sudo apt install aipu-dkms"),
+    ),
+    Invocation(
+        ("driver", "hold"),
+        lambda i: ["driver", "hold", "no-such-module"],
+        2,
+        _one_line_error("no driver package builds a module 'no-such-module'"),
+    ),
+    Invocation(
+        ("driver", "release"),
+        lambda i: ["driver", "release", "rocket"],
+        2,
+        _one_line_error("sudo apt install rocket-dkms"),
+    ),
+    Invocation(
+        ("driver",),
+        lambda i: ["driver", "trials", "rocket", "--json"],
+        2,
+        _json("npuctl-error/1"),
+    ),
     Invocation(("cdi", "list"), lambda i: ["cdi", "list"], 0, _contains("no CDI specs")),
     Invocation(("cdi",), lambda i: ["cdi", "list"], 0, _contains("no CDI specs")),
     Invocation(
