@@ -154,14 +154,19 @@ def test_table_quantization_equals_quantize_of_preprocess(bus_jpg, scale, zero_p
     assert np.array_equal(clip_image.quantized(image, scale, zero_point, np.dtype(dtype)), expected)
 
 
-def test_threaded_resize_is_pillows_resize(bus_jpg):
-    """On every shape, including those Pillow resizes vertical pass first (a narrow, tall
-    picture that shrinks mostly in height)."""
+def test_ordinary_pictures_are_pillows_resize_then_crop(bus_jpg):
+    """Up to EXACT_ASPECT the whole picture is resized, then cropped: bit for bit Pillow's
+    resize, on every shape, including those Pillow resizes vertical pass first (a narrow,
+    tall picture that shrinks mostly in height)."""
     bus = Image.open(bus_jpg).convert("RGB")
     for image, size in (
         (bus, (224, 298)),
         (bus.crop((0, 0, 301, 1000)), (224, 744)),
         (bus.crop((0, 0, 800, 600)).rotate(90, expand=True), (224, 298)),
     ):
+        assert max(size) <= clip_image.EXACT_ASPECT * clip_image.SIZE
+        left, top = round((size[0] - 224) / 2), round((size[1] - 224) / 2)
         one_call = image.resize(size, Image.Resampling.BICUBIC)
-        assert np.array_equal(np.asarray(clip_image._resize(image, *size)), np.asarray(one_call))
+        expected = one_call.crop((left, top, left + 224, top + 224))
+        ours = clip_image.resize_and_crop(image)
+        assert np.array_equal(np.asarray(ours), np.asarray(expected))
