@@ -91,6 +91,7 @@ class HttpServer:
         service.begin()
         try:
             self._admitted(request, guard)
+            _expectation_understood(request)
             call = Call(request, route, service, self.threads, self.apis)
             if not route.key_in_form:
                 call.authorize()
@@ -173,7 +174,7 @@ class HttpServer:
     def _finish(
         self, request: web.Request, response: web.StreamResponse, guard: Guard | None
     ) -> None:
-        expected = request.headers.get("Expect", "").lower() == "100-continue"
+        expected = "Expect" in request.headers
         refused = guard is not None and guard.refusal is not None
         if refused or self.service.draining.is_set() or (expected and not request.content.is_eof()):
             # Refused, draining, or a refused body its client will never send (aiohttp 3.8
@@ -254,12 +255,9 @@ class HttpServer:
     ) -> web.StreamResponse | None:
         """Expect: 100-continue (curl sends it above 1 MiB): a body that would be refused is
         refused before the client sends it, in the route's shape."""
-        if request.headers.get("Expect", "").lower() != "100-continue":
-            return self._error(
-                api, ApiError(417, "only 100-continue is understood", "expectation_failed")
-            )
         call = Call(request, route, self.service, self.threads, self.apis)
         try:
+            _expectation_understood(request)
             self._admitted(request, self.guards.get(request.transport))
             if not route.key_in_form:
                 call.authorize()
@@ -335,3 +333,11 @@ def _from_http(error: web.HTTPException) -> ApiError:
     if error.status == 413:
         return ApiError(413, str(error.text or error.reason), "request_too_large", kind="too_large")
     return ApiError(error.status, error.reason, "invalid_request")
+
+
+def _expectation_understood(request: web.Request) -> None:
+    """RFC 9110: an Expect other than 100-continue is refused with 417 before the body (the
+    expect handler says so; aiohttp 3.8 ignores its answer, so the route says it again)."""
+    expectation = request.headers.get("Expect")
+    if expectation is not None and expectation.strip().lower() != "100-continue":
+        raise ApiError(417, "only Expect: 100-continue is understood", "expectation_failed")
