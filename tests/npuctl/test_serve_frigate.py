@@ -7,6 +7,7 @@ double, SSD); then what an attacker sends, each answered or closed, the server s
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 import struct
@@ -31,9 +32,17 @@ COCO80 = {index: f"class {index}" for index in range(80)}
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port free now and below the kernel's ephemeral range, so that no outgoing
+    connection (of this run or of one beside it) takes it before the server binds it."""
+    lowest_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(10000, max(lowest_ephemeral, 10001))
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
 
 
 def serve_zmq(env: dict[str, str], *args: str, wait: bool = True) -> tuple[Server, str]:

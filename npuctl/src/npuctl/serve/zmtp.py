@@ -29,7 +29,6 @@ import contextlib
 import copy
 import grp
 import ipaddress
-import mmap
 import os
 import socket
 import struct
@@ -38,6 +37,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .connections import Budget, remove_stale_socket
 
@@ -304,13 +305,14 @@ class Connection(asyncio.BufferedProtocol):
         return data
 
     async def read_frame(self, size: int) -> Data:
-        """A frame's ``size`` bytes: a small one as bytes, a large one in pages of its own."""
+        """A frame's ``size`` bytes: a small one as bytes, a large one in memory of its own."""
         if size <= self.SMALL:
             return await self.readexactly(size)
-        # Fresh anonymous pages: resident only once written, so a frame declared large and
-        # sent slowly costs what has arrived, not what its header says; and the bytes of all
-        # the large frames being received are bounded together (.LargeFrames).
-        whole = mmap.mmap(-1, size)
+        # calloc's memory (numpy's zeros): pages that are fresh stay untouched until written,
+        # so a frame declared large and sent slowly costs what has arrived, not what its
+        # header says; memory freed by earlier frames is taken again without page faults. The
+        # bytes of all the large frames being received are bounded together (.LargeFrames).
+        whole = memoryview(np.zeros(size, dtype=np.uint8))
         self.large_frames.hold(self, size)
         try:
             have = min(self._end - self._start, size)
@@ -318,15 +320,13 @@ class Connection(asyncio.BufferedProtocol):
             self._start += have
             self._filled = have
             if have < size:
-                self._target = target = memoryview(whole)
+                self._target = whole
                 try:
                     await self._wait(0)
                 finally:
                     self._target = None
-                    target.release()
         except BaseException:
-            with contextlib.suppress(BufferError):
-                whole.close()  # its pages go now, not when a collector finds them
+            del whole  # its memory goes now, not with the traceback that holds this frame
             raise
         finally:
             self.large_frames.release(self)
@@ -422,7 +422,7 @@ class PeerLimits:
     large_frames: LargeFrames | None = None
 
 
-Data = bytes | bytearray | mmap.mmap  # a frame as received (a large one in pages of its own)
+Data = bytes | bytearray | memoryview  # a frame as received (a large one in memory of its own)
 # A message's limit for its next frame: given the frames so far, at most this many bytes.
 FrameLimit = Callable[[list[Data]], int]
 

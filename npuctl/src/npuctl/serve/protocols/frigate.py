@@ -318,8 +318,8 @@ class FrigateDetector:
         self.proving = asyncio.Lock()  # one upload is proven at a time
         self.complaints = Complaints()
         self.chosen = Remembered()  # the model each peer chose last
-        # A peer's frames at the NPU, one at a time: its lock, and how many wait for it.
-        self.turns: dict[str, tuple[asyncio.Lock, int]] = {}
+        # A peer's frames in the NPU's queue: its allowance, and how many hold or wait for it.
+        self.turns: dict[str, tuple[asyncio.Semaphore, int]] = {}
         self.uploaded: list[dict[str, object]] = []
         if self.uploads is not None and (removed := forget_earlier_uploads(self.uploads)):
             log.info(
@@ -583,8 +583,10 @@ class FrigateDetector:
 
         try:
             await service.models_loaded()
-            # Converting floats or transposing a frame takes up to 150 ms: not on the loop.
-            tensors, context = await asyncio.to_thread(prepared)
+            # Converting floats or transposing a frame takes up to 150 ms: not on the loop. A
+            # frame as the model takes it is used as it is, without the thread's hand-over.
+            as_taken = np.dtype(header["dtype"]) == np.uint8 and not served.frame_shapes()[shape]
+            tensors, context = prepared() if as_taken else await asyncio.to_thread(prepared)
             async with self._turn(state.key):
                 outputs, work = await service.infer(model.key, tensors)
         except ApiError as error:
@@ -604,10 +606,14 @@ class FrigateDetector:
 
     @contextlib.asynccontextmanager
     async def _turn(self, key: str) -> AsyncIterator[None]:
-        """One frame of a peer (an address, an IPv6 /64) in the NPU's queue at a time: its
-        other connections' frames wait here, so the queue takes the peers in turn (sixteen
-        connections from one address get the NPU as often as Frigate's one)."""
-        turn, waiting = self.turns.get(key, (asyncio.Lock(), 0))
+        """At most frames_per_peer frames of a peer (an address, an IPv6 /64) in the NPU's
+        queue: its other connections' frames wait here, so the queue takes the peers in turn
+        (thirty-two connections from one address get the NPU as often as Frigate's few)."""
+        if key not in self.turns:
+            # One frame per NPU owner and one more keeps every owner busy for a Frigate with
+            # a detector per core (all from one address) without gaps between its frames.
+            self.turns[key] = (asyncio.Semaphore(len(self.service.owner.runtimes) + 1), 0)
+        turn, waiting = self.turns[key]
         self.turns[key] = (turn, waiting + 1)
         try:
             async with turn:
