@@ -241,8 +241,9 @@ check-trials: deb
 ## bench: npuctl's host-side cost with the libnoe test double, beside reference implementations;
 ## every verdict a ratio to a reference timed in the same rounds, or an instruction count; and
 ## the size of each container image 'make image' left in dist/images against its bound (it
-## builds nothing). Exit 0 every target met, 1 a target missed, 3 a benchmark could not run
-## here (JSON reports in dist/bench/$(BENCH_RUN))
+## builds nothing; an image not built is a row not run, without a verdict). Exit 0 every
+## target met, 1 a target missed, 3 a benchmark could not run here (JSON reports in
+## dist/bench/$(BENCH_RUN))
 BENCH_RUN ?= quiet
 BENCH_CONDITIONS ?= the machine as it was
 bench: $(DEPS_STAMP)

@@ -1,7 +1,9 @@
 """The size of each container image 'make image' built, against its bound in
 images/<name>.yaml (uncompressed, as a node stores it). A size is a count, not a time: the
 verdict is the same whatever else the machine does. This measures what dist/images holds and
-builds nothing: an image that is not there is a row not run, with the command that makes it."""
+builds nothing: an image that is not there is a row not run, with the command that makes it,
+and no verdict (an image not built is not a benchmark this machine could not run: 'make bench'
+on a fresh clone exits 0 when every other target is met)."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
     print_rows(rows, BENCH)
-    return status(rows)
+    return status([row for row in rows if "not_run" not in row])
 
 
 if __name__ == "__main__":
