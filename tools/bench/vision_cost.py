@@ -34,10 +34,11 @@ from PIL import Image
 
 from bench.clients_rows import one_npu_rows, workers_row
 from bench.doubles import Doubles, doubles
+from bench.immich_worker import ImmichWorker
 from bench.report import print_rows
 from bench.serve_cost import Client, cpu_seconds
 from npuctl.images import decode_rgb
-from testkit.immich_photos import half_scale_share, immich_preview, immich_transform
+from testkit.immich_photos import half_scale_share, immich_preview
 from testkit.serve_process import Server, start
 
 BENCH = "vision-cost"
@@ -184,12 +185,13 @@ def paired_request_cpu(
     server: Server,
     model: str,
     request: bytes,
-    reference: Callable[[], object],
+    reference: Callable[[], float],
     rounds: int = 24,
     per_round: int = 8,
 ) -> tuple[float, float, float, float]:
-    """The server's CPU per request (every thread) and the reference's CPU in this thread,
-    timed in the same rounds, back to back, which goes first alternating: the median of each
+    """The server's CPU per request (every thread) and the reference's (``reference()``: its
+    CPU seconds for one), timed in the same rounds, back to back, which goes first
+    alternating: the median of each
     side, the median of the per-round ratios (a round a neighbour disturbed moves one ratio,
     not a side, and the machine's pace on the day moves both sides together), and the
     requests' NPU time; seconds each."""
@@ -205,22 +207,17 @@ def paired_request_cpu(
             bare_post(connection, request)
         return (cpu_seconds(pid) - before) / per_round
 
-    def referred() -> float:
-        started = time.thread_time()
-        reference()
-        return time.thread_time() - started
-
     ours: list[float] = []
     theirs: list[float] = []
     with Client(os.sched_getaffinity(pid)):
         npu_before = npu_seconds(server, model)
         for index in range(rounds):
             if index % 2:
-                theirs.append(referred())
+                theirs.append(reference())
                 ours.append(served())
             else:
                 ours.append(served())
-                theirs.append(referred())
+                theirs.append(reference())
         npu_after = npu_seconds(server, model)
     connection.close()
     npu = (npu_after[0] - npu_before[0]) / (npu_after[1] - npu_before[1])
@@ -255,9 +252,13 @@ def immich_visual_rows(server: Server, preview: bytes) -> list[dict]:
     information, the same CPU with the decode's CPU aside against the board's NPU time (a
     constant here: an absolute time in disguise, which no same-run reference judges)."""
     request = raw_request("/predict", preview, entries=IMMICH_VISUAL)
-    cpu, immich, ratio, npu = paired_request_cpu(
-        server, "clip-visual", request, lambda: immich_transform(preview)
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        photo = Path(scratch) / "preview.jpg"
+        photo.write_bytes(preview)
+        with ImmichWorker(photo) as immich_server:
+            cpu, immich, ratio, npu = paired_request_cpu(
+                server, "clip-visual", request, partial(immich_server.cpu_per_run, 4)
+            )
     decode = cpu_of(lambda: decode_rgb(preview, 50_000_000))
     name = "Immich visual request (a 1080x1440 preview)"
     print(
