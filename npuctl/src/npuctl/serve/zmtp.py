@@ -312,7 +312,7 @@ class Connection(asyncio.BufferedProtocol):
         # so a frame declared large and sent slowly costs what has arrived, not what its
         # header says; memory freed by earlier frames is taken again without page faults. The
         # bytes of all the large frames being received are bounded together (.LargeFrames).
-        whole = memoryview(np.zeros(size, dtype=np.uint8))
+        whole = np.zeros(size, dtype=np.uint8).data
         self.large_frames.hold(self, size)
         try:
             have = min(self._end - self._start, size)
