@@ -71,6 +71,51 @@ def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
     return lines
 
 
+def _kept(detections: list[dict]) -> str:
+    """Detections as Frigate keeps them: class, score, and what the score reaches."""
+    if not detections:
+        return "none"
+    reached = {(True, True): "true positive", (True, False): "counted", (False, False): "kept"}
+    return "; ".join(
+        f"class {found['class']} {found['score']:.3f} "
+        f"({reached[found['counted'], found['true_positive']]})"
+        for found in detections
+    )
+
+
+def _photograph_lines(photographs: list[dict] | None, names: list[str]) -> list[str]:
+    """The published detector on a photograph: npuctl's verdict and Frigate's view per Teflon."""
+    if not photographs:
+        return []
+    lines = [
+        "",
+        "On a photograph: each case that runs a published detector on one, per Teflon, npuctl's",
+        "detection check (NPU against the CPU interpreter) and the detections as Frigate keeps",
+        "them for a frame (rows from a score of 0.4; counted from its min_score 0.5, a true",
+        "positive from its threshold 0.7), the NPU's beside the CPU's, and whether the objects",
+        "Frigate counts are the same (class, true positive or not, box IoU at least 0.9).",
+        "",
+        "| case | Teflon | npuctl's check | Frigate's objects, NPU | Frigate's objects, CPU "
+        "| the same objects |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in photographs:
+        for name in names:
+            found = row["teflons"].get(name) or {}
+            frigate = found.get("frigate")
+            check = f"{'passed' if found.get('passed') else 'failed'}: {found.get('verdict')}"
+            if frigate is None:
+                lines.append(f"| {row['case']} | {name} | {check} | not run | not run | - |")
+                continue
+            same = "yes" if frigate["same"] else "no"
+            lines.append(
+                f"| {row['case']} ({row['picture']}) | {name} | {check} | {_kept(frigate['npu'])} "
+                f"| {_kept(frigate['cpu'])} | {same}, largest score difference "
+                f"{frigate['largest_score_difference']} |"
+            )
+    return lines
+
+
 def render(report: dict, source: str) -> str:
     qemu, guest, boot = (
         report["qemu_build_seconds"],
@@ -156,6 +201,7 @@ def render(report: dict, source: str) -> str:
             said = doctor.get("teflon.version", doctor.get("teflon.installed"))
             lines.append(f"| {name} | {how} | {said} | {doctor.get('golden.mobilenet-v2')} |")
     lines += _hardware_lines(report.get("hardware"), names)
+    lines += _photograph_lines(report.get("photographs"), names)
     served = report["served"]
     cores = served["core_jobs"]
     lines += [
