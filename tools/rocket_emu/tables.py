@@ -36,7 +36,7 @@ def _against_boards(verdicts: dict) -> str:
     """The boards' verdict / this run's, with the largest difference where measured."""
     cell = f"{verdicts['boards']} / {verdicts['emulated'] or 'not run'}"
     difference = verdicts.get("difference")
-    return cell if difference is None else f"{cell}, largest difference {difference}"
+    return cell if difference is None else f"{cell}, largest difference {difference:g}"
 
 
 def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
