@@ -176,7 +176,8 @@ check-images: $(DEPS_STAMP)
 ## and cached, then one boot runs, under each pinned Teflon, doctor and the golden checks,
 ## then serve (root; the first run needs EMULATOR_GIT=<clone of widgetii/orangepi5plus-npu>
 ## and FRIGATE_GIT=<clone of blakeblackshear/frigate>; CORAL_GIT=<clone of google-coral/test_data>
-## adds the published models, run as Mesa's tests run them)
+## adds the published models, run as Mesa's tests run them; Mesa's own test models come from
+## Debian's orig tarball of Mesa in the archive, pinned)
 EMULATOR_GIT ?=
 FRIGATE_GIT ?=
 CORAL_GIT ?=

@@ -4,7 +4,13 @@ CPU: the reference passes against itself, and a perturbed "NPU" output is reject
 import numpy as np
 import pytest
 
-from npuctl.platforms.rocket.golden import TOLERANCE, compare, compare_detections
+from npuctl.platforms.rocket.golden import (
+    FLOAT_STEPS,
+    TOLERANCE,
+    compare,
+    compare_detections,
+    largest_difference,
+)
 
 
 @pytest.fixture
@@ -120,3 +126,25 @@ def test_a_box_moved_or_another_class_or_score_is_rejected():
 
 def test_no_detections_on_either_side_agree():
     assert compare_detections(detections(), detections()).passed
+
+
+def test_mesas_measure_takes_every_output_element_by_element():
+    """Mesa's own measure over a detector's outputs: uint8 in steps (no wrap-around), the
+    post-processed floats in 1/33 steps, the largest of all; a class swapped in the ranking
+    counts as far as the classes lie apart."""
+    quantized = np.array([0, 255, 7], np.uint8)
+    boxes = np.array([[0.10, 0.20, 0.30, 0.40]], np.float32)
+    classes, scores = np.array([0.0, 66.0], np.float32), np.array([0.5, 0.25], np.float32)
+    cpu = [quantized, boxes, classes, scores]
+    assert largest_difference(cpu, [side.copy() for side in cpu]) == 0
+    flipped = np.array([255, 0, 7], np.uint8)
+    assert largest_difference([flipped, boxes, classes, scores], cpu) == 255
+    moved = boxes + np.float32(2 / FLOAT_STEPS)
+    moved_by_two = largest_difference([quantized, moved, classes, scores], cpu)
+    assert moved_by_two == pytest.approx(2, abs=0.01)
+    swapped = [quantized, boxes, classes[::-1].copy(), scores]
+    assert largest_difference(swapped, cpu) == 66 * FLOAT_STEPS
+    with pytest.raises(ValueError, match="3 outputs on the NPU, 4 on the CPU"):
+        largest_difference(cpu[:3], cpu)
+    with pytest.raises(ValueError, match="different shapes"):
+        largest_difference([quantized[:2], boxes, classes, scores], cpu)

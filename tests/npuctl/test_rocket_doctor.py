@@ -4,6 +4,8 @@ check run for real: the Teflon double in a child, a model built at test time."""
 
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -527,3 +529,27 @@ def test_platform_forced_on_a_zhouyi_board_says_so(rocket, image, tmp_path):
     assert "is not an RK3588" in checks["platform.soc"]["summary"]
     assert checks["user-space"]["status"] == "skipped"
     assert "memory.iommu" not in checks
+
+
+def test_the_probe_gives_a_detectors_answers_and_mesas_measure(rocket, detector):
+    """The golden probe on a detector, as the emulated board's cases run it: both sides'
+    detections as rows, and Mesa's element-by-element measure over every output (0 where the
+    delegate takes nothing; far over Mesa's tolerance where the "NPU" answers zeros)."""
+
+    def probe(extra: dict[str, str]) -> dict:
+        command = [sys.executable, "-m", "npuctl.platforms.rocket.probe", "golden"]
+        result = subprocess.run(
+            [*command, str(detector), str(rocket.delegate)],
+            capture_output=True, text=True, check=False, timeout=300,
+            env={**rocket.env, **extra},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    same = probe({})
+    assert same["ok"] and same["passed"] and same["max_difference"] == 0, same
+    assert same["detections"]["npu"] == same["detections"]["cpu"]
+    assert same["detections"]["cpu"], same  # the pattern gives the detector's rows
+    assert all(len(row) == 6 for row in same["detections"]["cpu"])
+    zeros = probe({"TEFLON_DOUBLE_INFER_MS": "1"})
+    assert zeros["ok"] and not zeros["passed"] and zeros["max_difference"] > 6, zeros

@@ -1,7 +1,8 @@
 """python -m rocket_emu prepare --dist DIST --work WORK [--emulator-git PATH] [--frigate-git
 PATH] [--coral-git PATH]: build (or find cached) QEMU with the Orange Pi 5 Plus machine and the
 board's root file system, the pinned files of Frigate the board runs and the published models
-it runs as Mesa's tests do (Coral's test data; left out, and said, where not given).
+it runs as Mesa's tests do (Coral's test data, left out and said where not given; Mesa's own
+test models, from Debian's orig tarball of Mesa in the archive).
 python -m rocket_emu cached --dist DIST: exit 0 when both are cached, else say what is not.
 python -m rocket_emu frigate --frigate-git PATH: cache every pinned set of Frigate's files (the
 board's, and the GenAI client npuctl serve's tests run).
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 "published models: not cached and no CORAL_GIT given: the published cases "
                 "are left out of the run"
             )
+        print(f"Mesa's test models: {sources.mesa_test_files(pins)}")
         qemu = qemu_build.build(pins, emulator, args.work)
         print(f"QEMU: {qemu} ({round(time.monotonic() - started, 1)} s)")
         started = time.monotonic()

@@ -1,7 +1,8 @@
 """The pinned sources: Debian's QEMU source package (its .dsc by sha256, the tarballs by the
-.dsc's checksums, which dpkg-source checks), the Teflons' .debs by their checksums, and the
-emulator's files from a local mirror or clone of its repository, at the pinned commit whose
-folder must have the pinned tree id."""
+.dsc's checksums, which dpkg-source checks), the Teflons' .debs by their checksums, Mesa's
+Teflon test models out of Debian's orig tarball of Mesa (the tarball and each member by
+sha256), and the emulator's files from a local mirror or clone of its repository, at the
+pinned commit whose folder must have the pinned tree id."""
 
 from __future__ import annotations
 
@@ -208,3 +209,51 @@ def published_files(pins: Pins, repository: Path | None) -> Path | None:
 def published_cache(pins: Pins) -> Path:
     sums = sorted(pinned["sha256"] for pinned in pins.data["published"]["files"].values())
     return cache() / f"published-{hashlib.sha256(''.join(sums).encode()).hexdigest()[:16]}"
+
+
+def mesa_test_files(pins: Pins) -> Path:
+    """Mesa's Teflon test models (emulation/rk3588.yaml: mesa_tests), each by its name in one
+    folder: Debian's orig tarball of Mesa from the archive once (kept only when its sha256 is
+    the pinned one), the pinned members alone unpacked from it, each checked by its sha256;
+    cached by the checksums."""
+    pinned = pins.data["mesa_tests"]
+    target = mesa_tests_cache(pins)
+    if target.is_dir():
+        return target
+    tarball = cache_root() / "sources" / pinned["tarball"]
+    if not tarball.is_file() or sha256_of(tarball) != pinned["sha256"]:
+        _download(f"{mirror()}/{pinned['pool']}/{pinned['tarball']}", tarball, pinned["sha256"])
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    folder = pinned["folder"].strip("/")
+    try:
+        run(
+            [
+                "tar", "-xf", tarball, "-C", partial, "--no-same-owner",
+                f"--strip-components={folder.count('/') + 1}",
+                *(f"{folder}/{name}" for name in pinned["files"]),
+            ],
+            failure=f"{pinned['tarball']} lacks some of the pinned members of {folder}/",
+            code=ExitCode.INPUT,
+        )  # fmt: skip
+    except BuildError as error:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise EmulationError(Stage.INPUTS, str(error), ExitCode.INPUT) from None
+    for name, sha256 in pinned["files"].items():
+        found = sha256_of(partial / name)
+        if found != sha256:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise EmulationError(
+                Stage.INPUTS,
+                f"{folder}/{name} in {pinned['tarball']} has sha256 {found}, but "
+                f"emulation/rk3588.yaml pins {sha256}",
+                ExitCode.INPUT,
+            )
+    partial.replace(target)
+    return target
+
+
+def mesa_tests_cache(pins: Pins) -> Path:
+    sums = "".join(sorted(pins.data["mesa_tests"]["files"].values()))
+    return cache() / f"mesa-tests-{hashlib.sha256(sums.encode()).hexdigest()[:16]}"

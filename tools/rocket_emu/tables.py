@@ -22,12 +22,21 @@ def _verdict(case: dict | None) -> str:
         return "not run"
     golden = case["golden"] or {}
     verdict = golden.get("verdict") or golden.get("error") or "no result"
+    if golden.get("max_difference") is not None and "element difference" not in verdict:
+        verdict += f"; by Mesa's measure, largest element difference {golden['max_difference']}"
     return f"{case['expect']}; {'passed' if golden.get('passed') else 'failed'}: {verdict}"
 
 
 def _hex(values: list[int | str]) -> str:
     """Register values in hex; a buffer's digest as it is."""
     return ", ".join(f"0x{value:x}" if isinstance(value, int) else value for value in values)
+
+
+def _against_boards(verdicts: dict) -> str:
+    """The boards' verdict / this run's, with the largest difference where measured."""
+    cell = f"{verdicts['boards']} / {verdicts['emulated'] or 'not run'}"
+    difference = verdicts.get("difference")
+    return cell if difference is None else f"{cell}, largest difference {difference:g}"
 
 
 def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
@@ -39,9 +48,11 @@ def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
         "Held to real boards: each case that stands for one of Mesa's Teflon tests (which Mesa's",
         "CI runs on real RK3588 boards; npuctl/src/npuctl/platforms/rocket/hardware.yaml), the",
         "boards' verdict under each Teflon's release beside this run's, by Mesa's method on the",
-        f"published files (every element within {hardware['tolerance']} of the CPU's) and by",
-        "npuctl's golden check on a lookalike. Where they part, the blind spots the case names",
-        "(emulation/rk3588.yaml: blind_spots) say why.",
+        f"published files (every element within {hardware['tolerance']} of the CPU's; a float",
+        "output in Mesa's 1/33 steps), with the largest element difference measured, and by",
+        "npuctl's golden check on a lookalike. A published operation is described as the file",
+        "has it. Where they part, the blind spots the case names (emulation/rk3588.yaml:",
+        "blind_spots) say why.",
         "",
         "| case | Mesa's test | what it runs | "
         + " | ".join(f"boards / emulated, {name}" for name in names)
@@ -49,10 +60,7 @@ def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
         "|---|---|---|" + "---|" * len(names) + "---|",
     ]
     for row in hardware["rows"]:
-        cells = [
-            f"{row['teflons'][name]['boards']} / {row['teflons'][name]['emulated'] or 'not run'}"
-            for name in names
-        ]
+        cells = [_against_boards(row["teflons"][name]) for name in names]
         spots = sorted({s for name in names for s in row["teflons"][name]["blind_spots"]})
         runs = ("lookalike: " if row["lookalike"] else "published: ") + row["runs"]
         lines.append(
@@ -60,6 +68,51 @@ def _hardware_lines(hardware: dict | None, names: list[str]) -> list[str]:
             + " | ".join(cells)
             + f" | {', '.join(spots) or '-'} |"
         )
+    return lines
+
+
+def _kept(detections: list[dict]) -> str:
+    """Detections as Frigate keeps them: class, score, and what the score reaches."""
+    if not detections:
+        return "none"
+    reached = {(True, True): "true positive", (True, False): "counted", (False, False): "kept"}
+    return "; ".join(
+        f"class {found['class']} {found['score']:.3f} "
+        f"({reached[found['counted'], found['true_positive']]})"
+        for found in detections
+    )
+
+
+def _photograph_lines(photographs: list[dict] | None, names: list[str]) -> list[str]:
+    """The published detector on a photograph: npuctl's verdict and Frigate's view per Teflon."""
+    if not photographs:
+        return []
+    lines = [
+        "",
+        "On a photograph: each case that runs a published detector on one, per Teflon, npuctl's",
+        "detection check (NPU against the CPU interpreter) and the detections as Frigate keeps",
+        "them for a frame (rows from a score of 0.4; counted from its min_score 0.5, a true",
+        "positive from its threshold 0.7), the NPU's beside the CPU's, and whether the objects",
+        "Frigate counts are the same (class, true positive or not, box IoU at least 0.9).",
+        "",
+        "| case | Teflon | npuctl's check | Frigate's objects, NPU | Frigate's objects, CPU "
+        "| the same objects |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in photographs:
+        for name in names:
+            found = row["teflons"].get(name) or {}
+            frigate = found.get("frigate")
+            check = f"{'passed' if found.get('passed') else 'failed'}: {found.get('verdict')}"
+            if frigate is None:
+                lines.append(f"| {row['case']} | {name} | {check} | not run | not run | - |")
+                continue
+            same = "yes" if frigate["same"] else "no"
+            lines.append(
+                f"| {row['case']} ({row['picture']}) | {name} | {check} | {_kept(frigate['npu'])} "
+                f"| {_kept(frigate['cpu'])} | {same}, largest score difference "
+                f"{frigate['largest_score_difference']} |"
+            )
     return lines
 
 
@@ -148,6 +201,7 @@ def render(report: dict, source: str) -> str:
             said = doctor.get("teflon.version", doctor.get("teflon.installed"))
             lines.append(f"| {name} | {how} | {said} | {doctor.get('golden.mobilenet-v2')} |")
     lines += _hardware_lines(report.get("hardware"), names)
+    lines += _photograph_lines(report.get("photographs"), names)
     served = report["served"]
     cores = served["core_jobs"]
     lines += [

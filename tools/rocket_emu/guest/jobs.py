@@ -30,14 +30,16 @@ ENVIRONMENT = {**os.environ, "NPUCTL_MODELS": str(MODELS), "NPUCTL_DOCTOR_CHILD_
 # seconds): the execution plan after Teflon took what it runs (the graph's nodes once the
 # interpreter is ready: a delegate that took ops adds a DELEGATE node; the CPU reference runs
 # without TFLite's default XNNPACK delegate), then npuctl's golden check, the probe's own
-# function, as the doctor's child runs it. One "CASE <json>" line each, with the NPU jobs the
+# function, as the doctor's child runs it (on the case's photograph where it names one,
+# LAB_CASE_PICTURES: model -> picture). One "CASE <json>" line each, with the NPU jobs the
 # case ran: the board's count of them (one interrupt each) before it and after it.
 CASES_CHILD = """
-import json, sys, time
+import json, os, sys, time
 from npuctl.platforms.rocket.litert import load_module
 from npuctl.platforms.rocket.probe import golden
 litert = load_module()
 library = sys.argv[1]
+pictures = json.loads(os.environ.get("LAB_CASE_PICTURES") or "{}")
 
 def npu_jobs():
     total = 0
@@ -62,7 +64,7 @@ for model in sys.argv[2:]:
         except Exception as error:
             found[side + "_error"] = str(error)
     try:
-        found["golden"] = golden(model, library)
+        found["golden"] = golden(model, library, pictures.get(model))
     except Exception as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         found["golden"] = {"ok": False, "stage": "model", "error": lines[0]}
@@ -201,14 +203,18 @@ def doctor(teflon: str) -> None:
     )  # fmt: skip
 
 
-def run_cases(names: dict[str, str], teflon: str) -> tuple[set[str], int, str]:
-    """CASES_CHILD on the models (model -> case name), each case reported as its line comes
-    (the host times the cases by them): the models done, the child's exit, stderr's end."""
+def run_cases(
+    names: dict[str, str], teflon: str, pictures: dict[str, str] | None = None
+) -> tuple[set[str], int, str]:
+    """CASES_CHILD on the models (model -> case name; a model's photograph, if any, in
+    ``pictures``), each case reported as its line comes (the host times the cases by them):
+    the models done, the child's exit, stderr's end."""
     done: set[str] = set()
+    environment = {**ENVIRONMENT, "LAB_CASE_PICTURES": json.dumps(pictures or {})}
     with tempfile.TemporaryFile("w+") as stderr:
         child = subprocess.Popen(
             [sys.executable, "-c", CASES_CHILD, TEFLON, *names],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, env=ENVIRONMENT,
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=environment,
         )  # fmt: skip
         timer = threading.Timer(CHILD_SECONDS, child.kill)  # a hung case ends the child
         timer.start()
@@ -245,8 +251,12 @@ def cases(teflon: str) -> None:
     new child."""
     listed = json.loads((CASES / "cases.json").read_text())
     waiting = {str(CASES / case["file"]): case["name"] for case in listed}
+    pictures = {
+        str(CASES / case["file"]): str(CASES / case["picture"]) for case in listed
+        if case.get("picture")
+    }  # fmt: skip
     while waiting:
-        done, code, stderr = run_cases(waiting, teflon)
+        done, code, stderr = run_cases(waiting, teflon, pictures)
         left = [model for model in waiting if model not in done]
         if left:  # the case the child ended on
             result("case", {"name": waiting[left[0]], "teflon": teflon, "jobs": None,

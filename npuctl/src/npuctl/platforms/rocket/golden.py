@@ -5,6 +5,7 @@ of at least 0.9, of the same class and with a score within 0.02."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,6 +13,9 @@ import numpy as np
 
 TOLERANCE = 2  # Mesa's Teflon tests allow a per-element difference of 2 (quantized units)
 TOP = 5
+# Mesa's tests allow a float output (an SSD's post-processed boxes, classes, scores) a
+# difference of its tolerance / 33 where a quantized output has its tolerance in steps.
+FLOAT_STEPS = 33
 
 
 @dataclass(frozen=True)
@@ -185,3 +189,21 @@ def iou(first: Sequence[float], second: Sequence[float]) -> float:
     if union <= 0:  # two empty boxes at one place are the same box
         return 1.0 if list(first) == list(second) else 0.0
     return inter / union
+
+
+def largest_difference(npu: Sequence[np.ndarray], cpu: Sequence[np.ndarray]) -> float:
+    """Mesa's own measure of a model's outputs, element by element over every output in
+    order: a quantized output's difference in steps, a float output's in 1/FLOAT_STEPS (so
+    that one tolerance serves both), rounded up to a hundredth."""
+    if len(npu) != len(cpu):
+        raise ValueError(f"{len(npu)} outputs on the NPU, {len(cpu)} on the CPU")
+    largest = 0.0
+    for npu_output, cpu_output in zip(npu, cpu, strict=True):
+        if npu_output.shape != cpu_output.shape:
+            raise ValueError(f"outputs of different shapes: {npu_output.shape}, {cpu_output.shape}")
+        if np.issubdtype(cpu_output.dtype, np.floating):
+            difference = np.abs(npu_output.astype(np.float64) - cpu_output) * FLOAT_STEPS
+        else:
+            difference = np.abs(npu_output.astype(np.int64) - cpu_output.astype(np.int64))
+        largest = max(largest, float(difference.max(initial=0)))
+    return math.ceil(largest * 100 - 1e-9) / 100

@@ -109,7 +109,7 @@ def golden(model_path: str, library: str, picture: str | None = None) -> dict[st
     by element, an SSD detector's post-processed detections; the input a photograph where one
     is given."""
 
-    from .golden import compare, compare_detections
+    from .golden import compare, compare_detections, largest_difference
     from .litert import describe, interpreter
 
     answers = []
@@ -122,6 +122,7 @@ def golden(model_path: str, library: str, picture: str | None = None) -> dict[st
             [loaded.get_tensor(output["index"]).copy() for output in loaded.get_output_details()]
         )
     verdict: Verdict | DetectionVerdict
+    detections = None
     if len(answers[0]) == 1:
         verdict = compare(answers[0][0].reshape(-1), answers[1][0].reshape(-1))
     else:
@@ -130,16 +131,30 @@ def golden(model_path: str, library: str, picture: str | None = None) -> dict[st
 
         outputs = [TensorSpec.of(output) for output in describe(loaded)["outputs"]]
         order = output_order(Path(model_path), outputs)
-        verdict = compare_detections(*(found(answer, order) for answer in answers))
+        sides = [found(answer, order) for answer in answers]
+        verdict = compare_detections(*sides)
+        detections = dict(zip(("npu", "cpu"), (_rows(side) for side in sides), strict=True))
     return {
         "ok": True,
         "passed": verdict.passed,
         "verdict": verdict.describe(),
         "additions": _additions(loaded),
-        # A classifier's or a feature map's largest element difference, for Mesa's own
-        # per-element method (its tests allow TOLERANCE 6 and nothing else).
-        "max_difference": getattr(verdict, "max_difference", None),
+        # The largest element difference over every output, for Mesa's own per-element
+        # method (its tests allow TOLERANCE 6 and nothing else): a classifier's or a feature
+        # map's in steps, a detector's post-processed floats in Mesa's 1/33 steps.
+        "max_difference": largest_difference(*answers),
+        # A detector's answers on either side, best first: [class, score, box corners].
+        "detections": detections,
     }
+
+
+def _rows(side: list[Any]) -> list[list[float]]:
+    """A detector's post-processed answer (boxes, classes, scores, count) as rows."""
+    boxes, classes, scores, _ = side[-4:]
+    return [
+        [int(label), round(float(score), 4), *(round(float(v), 4) for v in box)]
+        for label, score, box in zip(classes, scores, boxes.reshape(-1, 4), strict=True)
+    ]
 
 
 def _additions(loaded: Any) -> int | None:
