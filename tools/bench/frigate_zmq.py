@@ -32,6 +32,7 @@ from PIL import Image
 
 from bench.clients_rows import one_npu_rows, workers_row
 from bench.doubles import Doubles, doubles
+from bench.paired import alternating
 from bench.report import print_rows
 from bench.serve_cost import Client, cpu_seconds
 from bench.vision_cost import bare_post, npu_seconds, raw_request
@@ -102,17 +103,9 @@ def paired_cpu(
     for _ in range(5):  # warm
         frame()
         deepstack()
-    frames: list[float] = []
-    requests: list[float] = []
     with Client(os.sched_getaffinity(pid)):
         npu_before = npu_seconds(server, model)
-        for index in range(rounds):
-            if index % 2:
-                requests.append(cpu_per(deepstack))
-                frames.append(cpu_per(frame))
-            else:
-                frames.append(cpu_per(frame))
-                requests.append(cpu_per(deepstack))
+        frames, requests = alternating(partial(cpu_per, frame), partial(cpu_per, deepstack), rounds)
         npu_after = npu_seconds(server, model)
     connection.close()
     npu = (npu_after[0] - npu_before[0]) / (npu_after[1] - npu_before[1])

@@ -35,6 +35,7 @@ from PIL import Image
 from bench.clients_rows import one_npu_rows, workers_row
 from bench.doubles import Doubles, doubles
 from bench.immich_worker import ImmichWorker
+from bench.paired import alternating
 from bench.report import print_rows
 from bench.serve_cost import Client, cpu_seconds
 from npuctl.images import decode_rgb
@@ -207,17 +208,9 @@ def paired_request_cpu(
             bare_post(connection, request)
         return (cpu_seconds(pid) - before) / per_round
 
-    ours: list[float] = []
-    theirs: list[float] = []
     with Client(os.sched_getaffinity(pid)):
         npu_before = npu_seconds(server, model)
-        for index in range(rounds):
-            if index % 2:
-                theirs.append(reference())
-                ours.append(served())
-            else:
-                ours.append(served())
-                theirs.append(reference())
+        ours, theirs = alternating(served, reference, rounds)
         npu_after = npu_seconds(server, model)
     connection.close()
     npu = (npu_after[0] - npu_before[0]) / (npu_after[1] - npu_before[1])
