@@ -9,6 +9,7 @@ its latency against the 200 ms itself is make bench's (bench.hostile, the ZeroMQ
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import queue
@@ -21,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -423,6 +425,32 @@ def test_float_frames_flooded_from_four_peers_leave_frigate_answered(yolo: Board
     assert set(answered) == {480}
 
 
+async def answered_in_process(
+    detector: object, client: Callable[[int], Any], largest: int
+) -> tuple[Any, threading.Thread]:
+    """``client`` (given the port) run in a thread against ``detector`` listening in this
+    process, any closing of a peer a failure: its result, and the event loop's thread."""
+    from npuctl.serve import zmtp
+    from npuctl.serve.connections import Budget
+    from npuctl.serve.protocols import frigate
+
+    limits = zmtp.PeerLimits(10, 10, frigate.MAX_FRAMES, 10, largest)
+    listening = await zmtp.listen(
+        zmtp.Endpoint.parse("tcp://127.0.0.1:0"),
+        detector.serve_peer,  # type: ignore[attr-defined]
+        limits,
+        Budget(8, 8),
+        lambda client: True,
+        lambda client, why: pytest.fail(f"closed: {why}"),
+    )
+    try:
+        return await asyncio.to_thread(client, port_of(listening.where())), (
+            threading.current_thread()
+        )
+    finally:
+        await listening.close()
+
+
 def test_a_float_frame_is_converted_beside_the_event_loop(monkeypatch) -> None:
     """A float32 frame's conversion to the model's uint8 pixels (and the model's own
     preparation of them) runs in a thread, never on the event loop that reads every peer's
@@ -431,8 +459,6 @@ def test_a_float_frame_is_converted_beside_the_event_loop(monkeypatch) -> None:
     from types import SimpleNamespace
 
     from npuctl.models.manifest import FrigateFacts
-    from npuctl.serve import zmtp
-    from npuctl.serve.connections import Budget
     from npuctl.serve.limits import Limits
     from npuctl.serve.protocols import frigate
 
@@ -482,24 +508,7 @@ def test_a_float_frame_is_converted_beside_the_event_loop(monkeypatch) -> None:
         finally:
             peer.close()
 
-    async def scenario() -> tuple[bytes, threading.Thread]:
-        limits = zmtp.PeerLimits(10, 10, frigate.MAX_FRAMES, 10, 8 << 20)
-        listening = await zmtp.listen(
-            zmtp.Endpoint.parse("tcp://127.0.0.1:0"),
-            detector.serve_peer,
-            limits,
-            Budget(8, 8),
-            lambda client: True,
-            lambda client, why: pytest.fail(f"closed: {why}"),
-        )
-        try:
-            return await asyncio.to_thread(client, port_of(listening.where())), (
-                threading.current_thread()
-            )
-        finally:
-            await listening.close()
-
-    answer, loop_thread = asyncio.run(scenario())
+    answer, loop_thread = asyncio.run(answered_in_process(detector, client, 8 << 20))
     assert len(answer) == 480
     assert threads and loop_thread not in threads
 
@@ -888,8 +897,6 @@ def test_an_unexpected_error_costs_one_answer_and_one_line(monkeypatch, caplog) 
     import logging
     from types import SimpleNamespace
 
-    from npuctl.serve import zmtp
-    from npuctl.serve.connections import Budget
     from npuctl.serve.limits import Limits
     from npuctl.serve.protocols import frigate
 
@@ -925,23 +932,8 @@ def test_an_unexpected_error_costs_one_answer_and_one_line(monkeypatch, caplog) 
             peer.close()
         return answers
 
-    async def scenario() -> list[dict]:
-        limits = zmtp.PeerLimits(10, 10, frigate.MAX_FRAMES, 10, 1 << 20)
-        listening = await zmtp.listen(
-            zmtp.Endpoint.parse("tcp://127.0.0.1:0"),
-            detector.serve_peer,
-            limits,
-            Budget(8, 8),
-            lambda client: True,
-            lambda client, why: pytest.fail(f"closed: {why}"),
-        )
-        try:
-            return await asyncio.to_thread(client, port_of(listening.where()))
-        finally:
-            await listening.close()
-
     with caplog.at_level(logging.WARNING, logger="npuctl.serve"):
-        answers = asyncio.run(scenario())
+        answers, _ = asyncio.run(answered_in_process(detector, client, 1 << 20))
     assert [answer["kind"] for answer in answers] == ["internal"] * 3
     assert "KeyError" in answers[0]["error"]
     said = [r.getMessage() for r in caplog.records if "internal from" in r.getMessage()]
