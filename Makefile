@@ -177,15 +177,18 @@ check-images: $(DEPS_STAMP)
 ## then serve (root; the first run needs EMULATOR_GIT=<clone of widgetii/orangepi5plus-npu>
 ## and FRIGATE_GIT=<clone of blakeblackshear/frigate>; CORAL_GIT=<clone of google-coral/test_data>
 ## adds the published models, run as Mesa's tests run them; Mesa's own test models come from
-## Debian's orig tarball of Mesa in the archive, pinned)
+## Debian's orig tarball of Mesa in the archive, pinned; PEER_GIT=<clone of
+## gregordinary/rocket-userspace> adds a peer's hardware-validated gates, built for arm64)
 EMULATOR_GIT ?=
 FRIGATE_GIT ?=
 CORAL_GIT ?=
+PEER_GIT ?=
 check-rocket-emu: deb
 	$(PY) -m rocket_emu prepare --dist $(DIST) --work $(BUILD)/rocket-emu \
 		$(if $(EMULATOR_GIT),--emulator-git $(EMULATOR_GIT)) \
 		$(if $(FRIGATE_GIT),--frigate-git $(FRIGATE_GIT)) \
-		$(if $(CORAL_GIT),--coral-git $(CORAL_GIT))
+		$(if $(CORAL_GIT),--coral-git $(CORAL_GIT)) \
+		$(if $(PEER_GIT),--peer-git $(PEER_GIT))
 	NPUCTL_ROCKET_EMU=full $(PY) -m pytest $(PYTEST) -s tests/test_rocket_emulator.py
 
 ## k8s: the Kubernetes / K3s manifests of npuctl serve (dist/k8s/), CDI and device-plugin variants

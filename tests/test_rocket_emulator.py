@@ -33,7 +33,7 @@ from PIL import Image
 
 from npuctl.platforms.rocket.hardware import evidence
 from pipeline.atomic import write_atomically
-from rocket_emu import board, guest_root, qemu_build, registers, sources
+from rocket_emu import board, guest_root, peer_suite, qemu_build, registers, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
@@ -78,6 +78,14 @@ NOT_MESA_TESTS = (
 )
 # Where each set of pinned files is cached, and why its cases skip without it.
 PINNED_FILES = {"published": (PUBLISHED, NOT_PUBLISHED), "mesa_tests": (MESA_TESTS, NOT_MESA_TESTS)}
+# A peer's hardware-validated gates (emulation/rk3588.yaml: peer_suite), built for arm64 and
+# cached by 'python -m rocket_emu prepare --peer-git'.
+PEER = PINS.data["peer_suite"]
+PEER_GATES = {gate["name"]: gate for gate in PEER["gates"]}
+NOT_PEER = (
+    "the peer's gates are not built: make check-rocket-emu PEER_GIT=<a clone of "
+    "gregordinary/rocket-userspace>"
+)
 MESA_TOLERANCE = evidence().tolerance  # Mesa's tests: largest element difference at most 6
 TEFLONS = PINS.teflon_versions  # in the order the board runs them; serve runs under the last
 FIRST_TEFLON, SERVED_TEFLON = TEFLONS[0], TEFLONS[-1]
@@ -245,6 +253,115 @@ def test_mesas_test_models_come_pinned_from_the_archive(tmp_path, monkeypatch):
     assert not list((tmp_path / "cache" / "sources").glob(".*")), "a partial download was kept"
 
 
+PT_INTERP = 3  # an ELF program header naming the dynamic loader
+
+
+def elf_segment_types(program: bytes) -> list[int]:
+    """The types of a 64-bit little-endian ELF file's program headers."""
+    offset = int.from_bytes(program[32:40], "little")
+    size = int.from_bytes(program[54:56], "little")
+    count = int.from_bytes(program[56:58], "little")
+    return [
+        int.from_bytes(program[offset + n * size : offset + n * size + 4], "little")
+        for n in range(count)
+    ]
+
+
+def _fake_peer(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A peer's repository (a library of two sources its CMakeLists lists, a gate, the
+    fixtures folder), an archive with the two header .debs, and the pins of them."""
+    import hashlib
+
+    tree = tmp_path / "peer"
+    files = {
+        "CMakeLists.txt": "set(ROCKETNPU_SOURCES\n    src/a.c   # one (of two)\n    src/b.c)\n",
+        "include/peer.h": "int a(void);\nint b(void);\n",
+        "src/a.c": '#include <libdrm/drm.h>\n#include "peer.h"\nint a(void) { return 40; }\n',
+        "src/b.c": '#include <drm/rocket_accel.h>\n#include "peer.h"\nint b(void) { return 2; }\n',
+        "tests/gate.c": '#include "peer.h"\nint main(void) { return a() + b() == 42 ? 0 : 1; }\n',
+        "tests/data/teflon-dw-capture/out.bin": "board",
+    }
+    for name, text in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "gate"], check=True)
+    commit, tree_id = subprocess.run(
+        [*git, "rev-parse", "HEAD", "HEAD^{tree}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    pool = tmp_path / "archive" / "pool/main/p"
+    pool.mkdir(parents=True)
+    headers = []
+    for package, header in (
+        ("libdrm-dev", "libdrm/drm.h"),
+        ("linux-libc-dev", "drm/rocket_accel.h"),
+    ):
+        staged = tmp_path / package
+        (staged / "DEBIAN").mkdir(parents=True)
+        (staged / "DEBIAN" / "control").write_text(
+            f"Package: {package}\nVersion: 1\nArchitecture: all\nMaintainer: t <t@example.org>\n"
+            "Description: headers\n"
+        )
+        (staged / "usr/include" / header).parent.mkdir(parents=True)
+        (staged / "usr/include" / header).write_text("#define PEER_HEADER 1\n")
+        deb = pool / f"{package}_1_all.deb"
+        subprocess.run(["dpkg-deb", "-b", staged, deb], capture_output=True, check=True)
+        digest = hashlib.sha256(deb.read_bytes()).hexdigest()
+        headers.append(
+            {
+                "package": package,
+                "version": "1",
+                "file": f"pool/main/p/{deb.name}",
+                "sha256": digest,
+            }
+        )
+    pinned = {
+        **PEER,
+        "commit": commit,
+        "tree_id": tree_id,
+        "headers": headers,
+        "gates": [{"name": "gate", "description": "a gate", "expect": "pass"}],
+    }
+    return tree, tmp_path / "archive", pinned
+
+
+def test_the_peer_s_gates_are_built_for_arm64_from_the_pinned_tree(tmp_path, monkeypatch):
+    """The peer's library, as its CMakeLists lists it, and each gate are built for arm64
+    against the pinned Debian headers, statically; a tree that is not the pinned one leaves
+    nothing built."""
+    from rocket_emu.errors import EmulationError
+    from rocket_emu.pins import Pins
+
+    for tool in (peer_suite.COMPILER, "dpkg-deb", "git"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed: make deps installs it")
+    tree, archive, pinned = _fake_peer(tmp_path)
+    monkeypatch.setenv("AIPU_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DEBIAN_MIRROR", archive.as_uri())
+    pins = Pins({**PINS.data, "peer_suite": pinned})
+    assert peer_suite.build(pins, None) is None  # neither cached nor given: left out
+    built = peer_suite.build(pins, tree)
+    assert built == peer_suite.cached(pins)
+    assert json.loads((built / "gates.json").read_text()) == [
+        {"name": "gate", "program": "bin/gate"}
+    ]
+    assert (built / "teflon-dw-capture" / "out.bin").read_text() == "board"
+    program = (built / "bin" / "gate").read_bytes()
+    assert program[:4] == b"\x7fELF" and int.from_bytes(program[18:20], "little") == 183  # arm64
+    assert PT_INTERP not in elf_segment_types(program)  # static: no dynamic loader to ask for
+    if shutil.which("qemu-aarch64"):
+        assert (
+            subprocess.run([shutil.which("qemu-aarch64"), built / "bin" / "gate"]).returncode == 0
+        )
+
+    wrong = Pins({**PINS.data, "peer_suite": {**pinned, "tree_id": "0" * 40}})
+    with pytest.raises(EmulationError, match=r"has no commit .* with tree 0000"):
+        peer_suite.build(wrong, tree)
+    assert peer_suite.cached(wrong) is None
+
+
 def _operation_tensors(model: Path) -> list[tuple]:
     """The first operation's input, weights, bias and output: shape, quantization, data."""
     from npuctl.platforms.rocket.litert import interpreter
@@ -371,6 +488,9 @@ def _write_cases(cases: Path) -> Path:
     # MobileNetV2 at its published addition scales: Mesa 26.1 adds them wrongly.
     conv_stack(models / SERVED_V2, **BUILDERS[SERVED_V2_CASE])
     shutil.copytree(sources.frigate_cache(PINS), cases / "frigate")  # Frigate's own code
+    peer = peer_suite.cached(PINS)
+    if peer is not None:  # the board runs them before the Teflons' cases
+        shutil.copytree(peer, cases / "peer")
     return models
 
 
@@ -500,6 +620,13 @@ def emulated(request) -> board.Run:
     return run
 
 
+@pytest.fixture(scope="module")
+def case_jobs(emulated) -> dict[tuple[str, str], list[registers.Job]]:
+    """Each case's jobs under each Teflon from the NPU model's log, read once (it is tens of
+    megabytes)."""
+    return _case_jobs(emulated, registers.read_log(emulated.regcmd_log))
+
+
 def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
     """dist/rocket-emu.json: what the cached parts took to build, this boot's time and, under
     each Teflon, the doctor's golden checks and each case's verdict and registers (their
@@ -552,12 +679,59 @@ def _report(run: board.Run, qemu: Path, guest: guest_root.GuestRoot) -> None:
     }
     report["hardware"] = _hardware_report(run)
     report["photographs"] = _photograph_report(run)
+    report["peer_suite"] = _peer_report(run)
     shutil.rmtree(REGISTER_LISTINGS, ignore_errors=True)
     for (teflon, name), found in case_jobs.items():
         listing = REGISTER_LISTINGS / teflon / f"{name}.txt"
         listing.parent.mkdir(parents=True, exist_ok=True)
         listing.write_text(registers.listing(found), encoding="utf-8")
     write_atomically(DIST / "rocket-emu.json", json.dumps(report, indent=1) + "\n")
+
+
+def peer_verdict(found: dict | None) -> str:
+    """A peer gate's verdict by its exit: 0 pass, 2 skip (it found no NPU), any other exit
+    fail (the gates end in 1 or -1 on a mismatch); or how it ended otherwise."""
+    if found is None:
+        return "not run"
+    code = found["exit"]
+    if code == -1:  # the board's child() on a timeout
+        return "timed out"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return {0: "pass", 2: "skip"}.get(code, "fail")
+
+
+def peer_findings(lines: list[str]) -> list[str]:
+    """The lines a gate judges by (its PASS, FAIL, mismatch and difference lines)."""
+    marks = ("PASS", "FAIL", "MISMATCH", "mismatch", "max_abs", "maxd", "SKIP", "DIAGNOSTIC")
+    return [line.strip() for line in lines if any(mark in line for mark in marks)]
+
+
+def _peer_report(run: board.Run) -> dict:
+    """The peer's gates on the board: each one's verdict, its expectation and the lines it
+    judged by; how many passed (bit-exact, each against its own model of the part or, for
+    replay_dw_mesa, against what a real board computed)."""
+    ran = {found["name"]: found for found in run.all("peer-gate")}
+    gates = []
+    for name, gate in PEER_GATES.items():
+        found = ran.get(name)
+        gates.append(
+            {
+                "name": name,
+                "description": gate["description"],
+                "expect": gate["expect"],
+                "verdict": peer_verdict(found),
+                "seconds": found and found["seconds"],
+                "findings": peer_findings(found["lines"]) if found else [],
+            }
+        )
+    return {
+        "repository": PEER["repository"],
+        "commit": PEER["commit"],
+        "ran": bool(ran),
+        "passed": sum(gate["verdict"] == "pass" for gate in gates),
+        "gates": gates,
+    }
 
 
 def _hardware_report(run: board.Run) -> dict:
@@ -1069,6 +1243,21 @@ def test_the_board_s_verdicts_answer_to_real_boards(emulated, teflon, name):
     assert agree != bool(named), (name, teflon, golden["verdict"], named)
 
 
+@pytest.mark.parametrize("name", sorted(PEER_GATES))
+def test_the_peer_s_gates_on_the_board(emulated, name):
+    """librocketnpu's own gates, which pass bit-exact on real RK3588 boards, run on the
+    emulated board through the same driver: each ends in a verdict (never a skip: the NPU is
+    there), the one emulation/rk3588.yaml expects, so that a change shows up."""
+    if peer_suite.cached(PINS) is None:
+        pytest.skip(NOT_PEER)
+    found = [gate for gate in emulated.all("peer-gate") if gate["name"] == name]
+    assert found, f"the guest did not run the peer's gate {name}"
+    verdict = peer_verdict(found[0])
+    print(f"\n{name}: {verdict}; " + "; ".join(peer_findings(found[0]["lines"])[-6:]))
+    assert verdict in ("pass", "fail"), found[0]["lines"][-10:]
+    assert verdict == PEER_GATES[name]["expect"], found[0]["lines"][-20:]
+
+
 def _case(run: board.Run, name: str, teflon: str = FIRST_TEFLON) -> dict:
     reason = _not_cached(name)
     if reason:
@@ -1281,7 +1470,9 @@ def test_every_cause_a_case_may_name_has_its_check():
     ("teflon", "name", "cause"),
     [(t, n, c) for t, n in EVERY_CASE for c in PINS.causes(CASES[n], t)],
 )
-def test_each_expected_difference_has_the_cause_it_names(emulated, tmp_path, teflon, name, cause):
+def test_each_expected_difference_has_the_cause_it_names(
+    emulated, case_jobs, tmp_path, teflon, name, cause
+):
     """An expected difference is explained, and the explanation holds in this run: Mesa's
     registers or buffers show the cause (or the host computes the difference it makes)."""
     golden = _case(emulated, name, teflon)["golden"]
@@ -1291,18 +1482,19 @@ def test_each_expected_difference_has_the_cause_it_names(emulated, tmp_path, tef
         assert problem is None, f"{name} under Teflon {teflon}: {cause}: {problem}"
         return
     model = _build_case(name, tmp_path)
-    every = _case_jobs(emulated, registers.read_log(emulated.regcmd_log))
-    jobs = every[teflon, name]
-    problem = CAUSES[cause](jobs, model, golden["verdict"], every.get((SERVED_TEFLON, name), []))
+    jobs = case_jobs[teflon, name]
+    problem = CAUSES[cause](
+        jobs, model, golden["verdict"], case_jobs.get((SERVED_TEFLON, name), [])
+    )
     assert problem is None, f"{name} under Teflon {teflon}: {cause}: {problem}"
 
 
 @pytest.mark.parametrize(("teflon", "name"), EVERY_CASE)
-def test_every_case_s_register_commands_are_recorded(emulated, teflon, name):
+def test_every_case_s_register_commands_are_recorded(emulated, case_jobs, teflon, name):
     """The NPU model logged every job the case ran (the board's count of them before and
     after it), and each job's register commands decode into known registers."""
     case = _case(emulated, name, teflon)
-    jobs = _case_jobs(emulated, registers.read_log(emulated.regcmd_log))[teflon, name]
+    jobs = case_jobs[teflon, name]
     first, end = case["jobs"]
     assert end > first and len(jobs) == end - first, (case["jobs"], len(jobs))
     programmed = registers.programmed(jobs)
@@ -1584,6 +1776,30 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                         },
                     }
                 ],
+                "peer_suite": {
+                    "repository": "https://example.org/peer",
+                    "commit": "0123456789abcdef",
+                    "ran": True,
+                    "passed": 1,
+                    "gates": [
+                        {
+                            "name": "replay_dw_mesa",
+                            "description": "a real board's buffers",
+                            "expect": "fail",
+                            "verdict": "fail",
+                            "seconds": 0.1,
+                            "findings": ["compare: 227/4096 mismatch | -> MISMATCH"],
+                        },
+                        {
+                            "name": "uapi_selftest_rocket",
+                            "description": "the UAPI",
+                            "expect": "pass",
+                            "verdict": "pass",
+                            "seconds": 0.5,
+                            "findings": [],
+                        },
+                    ],
+                },
             }
         )
     )
@@ -1599,6 +1815,12 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
     )
     assert "| of which: Teflon 26.2: every case | 12 s |" in page
     assert "| conv1x1-16-8x8 | DPU_OUT_CVT_SHIFT | 2 | 0xd | 0xe, 0xf |" in page
+    assert "1 of 2 passed" in page
+    assert (
+        "| replay_dw_mesa | a real board's buffers | fail | fail | 0.1 "
+        "| compare: 227/4096 mismatch \\| -> MISMATCH |" in page
+    )
+    assert "| uapi_selftest_rocket | the UAPI | pass | pass | 0.5 | - |" in page
     assert "| 26.1 | in the cached root | Mesa Teflon 26.1: adds wrongly | None |" in page
     assert "| 26.2 | dpkg exit 0, 7 s | None | agree |" in page
     assert "| core fdab0000 | core fdac0000 | core fdad0000 |\n|---|---|---|\n| 5 | 6 | 7 |" in page

@@ -1,8 +1,9 @@
 """python -m rocket_emu prepare --dist DIST --work WORK [--emulator-git PATH] [--frigate-git
-PATH] [--coral-git PATH]: build (or find cached) QEMU with the Orange Pi 5 Plus machine and the
-board's root file system, the pinned files of Frigate the board runs and the published models
-it runs as Mesa's tests do (Coral's test data, left out and said where not given; Mesa's own
-test models, from Debian's orig tarball of Mesa in the archive).
+PATH] [--coral-git PATH] [--peer-git PATH]: build (or find cached) QEMU with the Orange Pi 5
+Plus machine and the board's root file system, the pinned files of Frigate the board runs, the
+published models it runs as Mesa's tests do (Coral's test data, left out and said where not
+given; Mesa's own test models, from Debian's orig tarball of Mesa in the archive) and a peer's
+hardware-validated gates, built for arm64 (left out and said where not given).
 python -m rocket_emu cached --dist DIST: exit 0 when both are cached, else say what is not.
 python -m rocket_emu frigate --frigate-git PATH: cache every pinned set of Frigate's files (the
 board's, and the GenAI client npuctl serve's tests run).
@@ -19,7 +20,7 @@ from pathlib import Path
 from oci_image import workspace
 from pipeline.errors import BuildError
 
-from . import guest_root, qemu_build, sources
+from . import guest_root, peer_suite, qemu_build, sources
 from .errors import EmulationError
 from .pins import load
 
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--emulator-git", type=Path, default=None)
     prepare.add_argument("--frigate-git", type=Path, default=None)
     prepare.add_argument("--coral-git", type=Path, default=None)
+    prepare.add_argument("--peer-git", type=Path, default=None)
     frigate = commands.add_parser("frigate", help="cache Frigate's pinned files")
     frigate.add_argument("--frigate-git", type=Path, required=True)
     cached = commands.add_parser("cached", help="exit 0 when a run needs no build")
@@ -60,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
                 "are left out of the run"
             )
         print(f"Mesa's test models: {sources.mesa_test_files(pins)}")
+        peer = peer_suite.build(pins, args.peer_git)
+        print(
+            f"the peer's gates: {peer}"
+            if peer is not None
+            else "the peer's gates: not built and no PEER_GIT given: they are left out of the run"
+        )
         qemu = qemu_build.build(pins, emulator, args.work)
         print(f"QEMU: {qemu} ({round(time.monotonic() - started, 1)} s)")
         started = time.monotonic()

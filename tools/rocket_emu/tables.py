@@ -8,7 +8,7 @@ import sys
 
 from pipeline.report_page import generate
 
-REPORT_SCHEMA = 5
+REPORT_SCHEMA = 6
 
 
 def _minutes(seconds: float | None) -> str:
@@ -116,6 +116,34 @@ def _photograph_lines(photographs: list[dict] | None, names: list[str]) -> list[
     return lines
 
 
+def _peer_lines(peer: dict | None) -> list[str]:
+    """A peer's hardware-validated gates on this board: how many passed, and each verdict."""
+    if not peer or not peer["ran"]:
+        return [
+            "",
+            "A peer's hardware-validated gates (librocketnpu) were not run: they are built when",
+            "`make check-rocket-emu` is given PEER_GIT.",
+        ]
+    lines = [
+        "",
+        f"A peer's hardware-validated gates: librocketnpu ({peer['repository']} at",
+        f"{peer['commit'][:12]}), whose authors run each bit-exact on real RK3588 boards,",
+        "built for arm64 and run on this board through the same rocket driver:",
+        f"{peer['passed']} of {len(peer['gates'])} passed. A gate's verdict is its own exit (0",
+        "pass, 2 skip, any other fail); the lines are the last it judged by.",
+        "",
+        "| gate | what it checks | expected | verdict | seconds | its lines |",
+        "|---|---|---|---|---|---|",
+    ]
+    for gate in peer["gates"]:
+        said = "<br>".join(line.replace("|", "\\|") for line in gate["findings"][-8:])
+        lines.append(
+            f"| {gate['name']} | {gate['description']} | {gate['expect']} | {gate['verdict']} "
+            f"| {gate['seconds']} | {said or '-'} |"
+        )
+    return lines
+
+
 def render(report: dict, source: str) -> str:
     qemu, guest, boot = (
         report["qemu_build_seconds"],
@@ -202,6 +230,7 @@ def render(report: dict, source: str) -> str:
             lines.append(f"| {name} | {how} | {said} | {doctor.get('golden.mobilenet-v2')} |")
     lines += _hardware_lines(report.get("hardware"), names)
     lines += _photograph_lines(report.get("photographs"), names)
+    lines += _peer_lines(report.get("peer_suite"))
     served = report["served"]
     cores = served["core_jobs"]
     lines += [

@@ -137,6 +137,19 @@ def frigate_teflon(teflon: str) -> None:
     )
 
 
+def peer_gates() -> None:
+    """A peer's own gates (/lab/cases/peer/gates.json, built by the host), each a program that
+    drives the NPU through the same driver and judges itself: 0 pass, 1 fail, 2 skip."""
+    peer = CASES / "peer"
+    for gate in json.loads((peer / "gates.json").read_text()):
+        code, out, err, seconds = child([str(peer / gate["program"])])
+        lines = (out + err).strip().splitlines()
+        result(
+            "peer-gate",
+            {"name": gate["name"], "exit": code, "seconds": seconds, "lines": lines[-200:]},
+        )
+
+
 def install() -> None:
     """npuctl's .debs under test, over the ones the cached root was built with."""
     debs = sorted(str(deb) for deb in DEBS.glob("*.deb"))
@@ -366,6 +379,9 @@ elif __name__ == "__main__":
     result("interrupts-before-jobs", {"count": sum(npu_interrupts().values())})
     phase("installing npuctl's .debs")
     install()
+    if (CASES / "peer" / "gates.json").is_file():
+        phase("the peer's gates")
+        peer_gates()
     teflons = json.loads(TEFLONS.read_text())
     for teflon in teflons:
         if teflon["debs"]:
