@@ -33,7 +33,7 @@ from PIL import Image
 
 from npuctl.platforms.rocket.hardware import evidence
 from pipeline.atomic import write_atomically
-from rocket_emu import board, guest_root, peer_suite, qemu_build, registers, sources
+from rocket_emu import board, captures, guest_root, peer_suite, qemu_build, registers, sources
 from rocket_emu.__main__ import missing_from_cache
 from rocket_emu.pins import load
 from rocket_emu.tables import REPORT_SCHEMA
@@ -82,6 +82,7 @@ PINNED_FILES = {"published": (PUBLISHED, NOT_PUBLISHED), "mesa_tests": (MESA_TES
 # cached by 'python -m rocket_emu prepare --peer-git'.
 PEER = PINS.data["peer_suite"]
 PEER_GATES = {gate["name"]: gate for gate in PEER["gates"]}
+CAPTURES = {capture["name"]: capture for capture in PEER.get("captures", [])}
 NOT_PEER = (
     "the peer's gates are not built: make check-rocket-emu PEER_GIT=<a clone of "
     "gregordinary/rocket-userspace>"
@@ -491,7 +492,21 @@ def _write_cases(cases: Path) -> Path:
     peer = peer_suite.cached(PINS)
     if peer is not None:  # the board runs them before the Teflons' cases
         shutil.copytree(peer, cases / "peer")
+        listed = []
+        for name, capture in CAPTURES.items():
+            tensor, _ = _capture_tensors(capture)
+            np.save(cases / f"capture-{name}.npy", tensor)
+            model = f"peer/{capture['folder']}/{capture['model']}"
+            listed.append({"name": name, "model": model, "input": f"capture-{name}.npy"})
+        (cases / "captures.json").write_text(json.dumps(listed))
     return models
+
+
+def _capture_tensors(capture: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A real board's capture: the input it was given and the output it computed."""
+    folder = peer_suite.cached(PINS)
+    assert folder is not None
+    return captures.load(folder / capture["folder"], capture, tuple(capture["shape"]))
 
 
 def _boot(
@@ -725,12 +740,34 @@ def _peer_report(run: board.Run) -> dict:
                 "findings": peer_findings(found["lines"]) if found else [],
             }
         )
+    board_captures = []
+    for name, capture in CAPTURES.items():
+        if peer_suite.cached(PINS) is None:
+            break
+        board_output = _capture_tensors(capture)[1]
+        found = {
+            found["teflon"]: found for found in run.all("board-capture") if found["name"] == name
+        }
+        board_captures.append(
+            {
+                "name": name,
+                "description": capture["description"],
+                "teflons": {
+                    teflon: {
+                        "expect": capture["expect"][teflon],
+                        **capture_verdict(found.get(teflon), board_output),
+                    }
+                    for teflon in TEFLONS
+                },
+            }
+        )
     return {
         "repository": PEER["repository"],
         "commit": PEER["commit"],
         "ran": bool(ran),
         "passed": sum(gate["verdict"] == "pass" for gate in gates),
         "gates": gates,
+        "captures": board_captures,
     }
 
 
@@ -1256,6 +1293,51 @@ def test_the_peer_s_gates_on_the_board(emulated, name):
     print(f"\n{name}: {verdict}; " + "; ".join(peer_findings(found[0]["lines"])[-6:]))
     assert verdict in ("pass", "fail"), found[0]["lines"][-10:]
     assert verdict == PEER_GATES[name]["expect"], found[0]["lines"][-20:]
+
+
+def capture_verdict(found: dict | None, board_output: np.ndarray) -> dict:
+    """What the emulated board's NPU computed on a real board's input, against that board's
+    output, element by element, with the CPU interpreter's beside it."""
+    if found is None or not found.get("outputs"):
+        return {"ran": False, "error": (found or {}).get("stderr", "not run")[-300:]}
+    board_values = board_output.astype(int)
+    result: dict[str, object] = {"ran": True, "elements": int(board_values.size)}
+    for side in ("npu", "cpu"):
+        found_values = np.asarray(found["outputs"][side]).reshape(board_values.shape)
+        difference = np.abs(found_values - board_values)
+        differs = difference[0] > 0  # H, W, C
+        border = np.ones(differs.shape[:2], bool)
+        border[1:-1, 1:-1] = False  # where a 3x3 kernel reads padding
+        result[side] = {
+            "differ": int(differs.sum()),
+            "largest": int(difference.max()),
+            "at_border_only": bool(not (differs & ~border[:, :, None]).any()),
+            "channels": [int(c) for c in np.flatnonzero(differs.any(axis=(0, 1)))],
+        }
+    return result
+
+
+@pytest.mark.parametrize(("teflon", "name"), [(t, n) for t in TEFLONS for n in sorted(CAPTURES)])
+def test_a_real_board_s_capture_on_the_emulated_board(emulated, teflon, name):
+    """A model Teflon ran on a real board, run here on the input that board had: the NPU's
+    output is the board's where emulation/rk3588.yaml says "board", and differs from it where
+    it says "differs" (so that a change shows up); the CPU's is beside it in the report."""
+    if peer_suite.cached(PINS) is None:
+        pytest.skip(NOT_PEER)
+    found = [
+        capture
+        for capture in emulated.all("board-capture")
+        if capture["name"] == name and capture["teflon"] == teflon
+    ]
+    assert found, f"the guest did not run the capture {name} under Teflon {teflon}"
+    verdict = capture_verdict(found[0], _capture_tensors(CAPTURES[name])[1])
+    print(f"\n{name} under Teflon {teflon}: {verdict}")
+    assert verdict["ran"], verdict
+    same = verdict["npu"]["differ"] == 0
+    assert same == (CAPTURES[name]["expect"][teflon] == "board"), verdict
+    # Where it differs, only where the kernel reads padding (emulation/rk3588.yaml:
+    # silicon-arithmetic): the interior is the board's.
+    assert same or verdict["npu"]["at_border_only"], verdict
 
 
 def _case(run: board.Run, name: str, teflon: str = FIRST_TEFLON) -> dict:
@@ -1799,6 +1881,22 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
                             "findings": [],
                         },
                     ],
+                    "captures": [
+                        {
+                            "name": "teflon-dw",
+                            "description": "a depthwise",
+                            "teflons": {
+                                "26.1": {
+                                    "expect": "differs",
+                                    "ran": True,
+                                    "elements": 4096,
+                                    "npu": {"differ": 227, "largest": 82},
+                                    "cpu": {"differ": 4096, "largest": 133},
+                                },
+                                "26.2": {"expect": "board", "ran": False, "error": "hung"},
+                            },
+                        }
+                    ],
                 },
             }
         )
@@ -1821,6 +1919,11 @@ def test_the_results_page_is_generated_from_the_json_report(tmp_path):
         "| compare: 227/4096 mismatch \\| -> MISMATCH |" in page
     )
     assert "| uapi_selftest_rocket | the UAPI | pass | pass | 0.5 | - |" in page
+    assert (
+        "| teflon-dw (a depthwise) | 26.1 | differs | 227 of 4096 differ, largest 82 "
+        "| 4096 of 4096 differ, largest 133 |" in page
+    )
+    assert "| teflon-dw | 26.2 | board | not run | - |" in page
     assert "| 26.1 | in the cached root | Mesa Teflon 26.1: adds wrongly | None |" in page
     assert "| 26.2 | dpkg exit 0, 7 s | None | agree |" in page
     assert "| core fdab0000 | core fdac0000 | core fdad0000 |\n|---|---|---|\n| 5 | 6 | 7 |" in page

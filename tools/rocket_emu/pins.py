@@ -90,6 +90,15 @@ def load(path: Path = PINS) -> Pins:
     return Pins(data)
 
 
+def _capture_problem(pins: Pins, versions: list[str]) -> str | None:
+    """A real board's capture expects something under every Teflon the board runs."""
+    for capture in pins.data.get("peer_suite", {}).get("captures", []):
+        if sorted(capture["expect"]) != sorted(versions):
+            named = sorted(capture["expect"])
+            return f"capture {capture['name']}: expect names {named}, not {versions}"
+    return None
+
+
 def _case_problem(pins: Pins) -> str | None:
     """A case's expectations name every Teflon (or none), and an expected difference says
     what it looked like under its Teflon."""
@@ -97,6 +106,9 @@ def _case_problem(pins: Pins) -> str | None:
     known = [str(build["version"]) for build in _teflon_builds()]
     if not set(versions) <= set(known):
         return f"guest.teflons: {versions}, but the family's teflon.yaml has builds {known}"
+    problem = _capture_problem(pins, versions)
+    if problem:
+        return problem
     for case in pins.data["golden_cases"]:
         expect, observed = case["expect"], case.get("observed")
         if isinstance(expect, dict) and sorted(expect) != sorted(versions):

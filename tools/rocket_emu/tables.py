@@ -141,6 +141,39 @@ def _peer_lines(peer: dict | None) -> list[str]:
             f"| {gate['name']} | {gate['description']} | {gate['expect']} | {gate['verdict']} "
             f"| {gate['seconds']} | {said or '-'} |"
         )
+    if peer.get("captures"):
+        lines += [
+            "",
+            "A real board's own output: a model Teflon ran on a real board, with the input it",
+            "gave that board (the peer's fixtures), run here under each Teflon on the same input.",
+            "Each side's elements that differ from the board's output, and the largest difference",
+            "in quantized steps; the expectation is emulation/rk3588.yaml's (board: the same).",
+            "",
+            "| capture | Teflon | expected | this board's NPU | the CPU interpreter |",
+            "|---|---|---|---|---|",
+        ]
+        for capture in peer["captures"]:
+            for name, found in capture["teflons"].items():
+                if not found.get("ran"):
+                    lines.append(
+                        f"| {capture['name']} | {name} | {found['expect']} | not run | - |"
+                    )
+                    continue
+                sides = [
+                    f"{found[side]['differ']} of {found['elements']} differ, largest "
+                    f"{found[side]['largest']}"
+                    + (
+                        ", only where the kernel reads padding, in channels "
+                        + ", ".join(map(str, found[side]["channels"]))
+                        if found[side]["differ"] and found[side].get("at_border_only")
+                        else ""
+                    )
+                    for side in ("npu", "cpu")
+                ]
+                lines.append(
+                    f"| {capture['name']} ({capture['description']}) | {name} | {found['expect']} "
+                    f"| {sides[0]} | {sides[1]} |"
+                )
     return lines
 
 

@@ -94,6 +94,48 @@ print("ROWS " + json.dumps(rows.tolist()), flush=True)
 """
 
 
+# A model Teflon ran on a real board, on the input that board had (/lab/cases/captures.json,
+# from the host): the NPU's output here, and the CPU interpreter's, for the host to hold to
+# the board's.
+CAPTURE_CHILD = """
+import json, sys
+import numpy as np
+from npuctl.platforms.rocket.litert import load_module
+litert = load_module()
+model, tensor = sys.argv[1], np.load(sys.argv[2])
+outputs = {}
+for side, options in (
+    ("npu", {"experimental_delegates": [litert.load_delegate(sys.argv[3])]}),
+    ("cpu", {"experimental_op_resolver_type":
+        litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}),
+):
+    interpreter = litert.Interpreter(model_path=model, **options)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], tensor)
+    interpreter.invoke()
+    found = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    outputs[side] = found.astype(int).ravel().tolist()
+print("OUTPUTS " + json.dumps(outputs), flush=True)
+"""
+
+
+def board_captures(teflon: str) -> None:
+    for capture in json.loads((CASES / "captures.json").read_text()):
+        code, out, err, seconds = child(
+            [sys.executable, "-c", CAPTURE_CHILD, str(CASES / capture["model"]),
+             str(CASES / capture["input"]), TEFLON]
+        )  # fmt: skip
+        outputs = next(
+            (json.loads(line[8:]) for line in out.splitlines() if line.startswith("OUTPUTS ")),
+            None,
+        )
+        result(
+            "board-capture",
+            {"name": capture["name"], "teflon": teflon, "exit": code, "outputs": outputs,
+             "stderr": err[-800:], "seconds": seconds},
+        )  # fmt: skip
+
+
 def result(kind: str, document: object) -> None:
     print(f"LAB-RESULT {kind} {json.dumps(document, separators=(',', ':'))}", flush=True)
 
@@ -391,6 +433,9 @@ elif __name__ == "__main__":
         doctor(teflon["version"])
         phase(f"Teflon {teflon['version']}: every case")
         cases(teflon["version"])
+        if (CASES / "captures.json").is_file():
+            phase(f"Teflon {teflon['version']}: a real board's capture")
+            board_captures(teflon["version"])
         phase(f"Teflon {teflon['version']}: Frigate's teflon_tfl detector")
         frigate_teflon(teflon["version"])
     phase("npuctl serve starting")
