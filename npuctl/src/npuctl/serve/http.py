@@ -101,6 +101,12 @@ class HttpServer:
             response = self._error(api, error)
         except web.HTTPException as error:  # aiohttp's 413
             response = self._error(api, _from_http(error))
+        except asyncio.CancelledError:
+            # Its client left (the guard ends the request with the connection): nobody reads
+            # an answer and it is no failure of the server's, but a request that failed all
+            # the same, whether or not it had queued inputs yet.
+            service.metrics.errors.labels("cancelled").inc()
+            raise
         except Exception:  # a bug must cost one request, not the server
             log.exception("internal error answering %s %s", request.method, request.path[:200])
             response = self._error(
