@@ -19,7 +19,7 @@ from pipeline.tools import run
 
 from .errors import EmulationError, ExitCode, Stage
 from .pins import Pins, digest
-from .sources import _git, cache, git_dir
+from .sources import _git, cache, git_dir, unpack_tree
 
 COMPILER = "aarch64-linux-gnu-gcc"  # make deps: gcc-aarch64-linux-gnu
 ARCHIVER = "aarch64-linux-gnu-ar"
@@ -106,12 +106,7 @@ def _source_tree(peer: dict, repository: Path, into: Path) -> Path:
             ExitCode.INPUT,
         )
     into.mkdir(parents=True)
-    archive = run(
-        ["git", "--git-dir", git, "archive", "--format=tar", peer["commit"]],
-        text=False,
-        failure=f"git archive {peer['commit']}",
-    )
-    run(["tar", "-x", "-C", into], input_data=archive.stdout, text=False, failure="unpacking")
+    unpack_tree(git, peer["commit"], into)
     return into
 
 

@@ -109,19 +109,25 @@ def emulator_files(pins: Pins, repository: Path | None) -> Path:
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
+    unpack_tree(git, spec, partial)
+    partial.replace(target)
+    return target
+
+
+def unpack_tree(git: Path, spec: str, into: Path) -> None:
+    """The files of a tree (``commit`` or ``commit:folder``) of a git directory, into a folder
+    that exists."""
     archive = run(
         ["git", "--git-dir", git, "archive", "--format=tar", spec],
         text=False,
         failure=f"git archive {spec}",
     )
     run(
-        ["tar", "-x", "-C", partial],
+        ["tar", "-x", "-C", into],
         input_data=archive.stdout,
         text=False,
-        failure="unpacking the emulator's files",
+        failure=f"unpacking {spec}",
     )
-    partial.replace(target)
-    return target
 
 
 def teflon_debs(teflon: dict) -> list[Path]:
