@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -449,7 +450,10 @@ def start_beside_the_tests(request, cancel: threading.Event) -> Callable[[], boa
         for teflon in PINS.teflons[1:]
     ]
     cases = tmp_path_factory.mktemp("cases")
-    return lambda: _boot(qemu, guest, cases, at_boot, teflons, cancel)
+    # The caches' folders are found here, before any test runs: a test that points the cache
+    # elsewhere (AIPU_CACHE) for a while must not move them under the boot's thread.
+    found = Cached(sources.frigate_cache(PINS), peer_suite.cached(PINS))
+    return lambda: _boot(qemu, guest, cases, found, at_boot, teflons, cancel)
 
 
 def _build_case(name: str, folder: Path) -> Path:
@@ -466,7 +470,15 @@ def _build_case(name: str, folder: Path) -> Path:
     return conv_stack(folder / f"{name}.tflite", **BUILDERS[name], description=name)
 
 
-def _write_cases(cases: Path) -> Path:
+@dataclass(frozen=True)
+class Cached:
+    """The caches the board's cases are written from."""
+
+    frigate: Path
+    peer: Path | None
+
+
+def _write_cases(cases: Path, found: Cached) -> Path:
     """The golden cases (cases.json) and the served models; the models' folder."""
     listed = []
     for name in CASES:
@@ -488,13 +500,12 @@ def _write_cases(cases: Path) -> Path:
         shutil.copyfile(PUBLISHED / GOLDEN_PHOTO, models / GOLDEN_PHOTO)
     # MobileNetV2 at its published addition scales: Mesa 26.1 adds them wrongly.
     conv_stack(models / SERVED_V2, **BUILDERS[SERVED_V2_CASE])
-    shutil.copytree(sources.frigate_cache(PINS), cases / "frigate")  # Frigate's own code
-    peer = peer_suite.cached(PINS)
-    if peer is not None:  # the board runs them before the Teflons' cases
-        shutil.copytree(peer, cases / "peer")
+    shutil.copytree(found.frigate, cases / "frigate")  # Frigate's own code
+    if found.peer is not None:  # the board runs them before the Teflons' cases
+        shutil.copytree(found.peer, cases / "peer")
         listed = []
         for name, capture in CAPTURES.items():
-            tensor, _ = _capture_tensors(capture)
+            tensor, _ = _capture_tensors(capture, found.peer)
             np.save(cases / f"capture-{name}.npy", tensor)
             model = f"peer/{capture['folder']}/{capture['model']}"
             listed.append({"name": name, "model": model, "input": f"capture-{name}.npy"})
@@ -502,9 +513,9 @@ def _write_cases(cases: Path) -> Path:
     return models
 
 
-def _capture_tensors(capture: dict) -> tuple[np.ndarray, np.ndarray]:
+def _capture_tensors(capture: dict, folder: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A real board's capture: the input it was given and the output it computed."""
-    folder = peer_suite.cached(PINS)
+    folder = folder or peer_suite.cached(PINS)
     assert folder is not None
     return captures.load(folder / capture["folder"], capture, tuple(capture["shape"]))
 
@@ -513,11 +524,12 @@ def _boot(
     qemu: Path,
     guest: guest_root.GuestRoot,
     cases: Path,
+    found: Cached,
     at_boot: list[Path],
     teflons: list[board.Teflon],
     cancel: threading.Event,
 ) -> board.Run:
-    models = _write_cases(cases)
+    models = _write_cases(cases, found)
     v2_tensor = np.random.default_rng(9).integers(0, 256, (1, 224, 224, 3), dtype=np.uint8)
     v2_cpu = cpu_scores(models / SERVED_V2, v2_tensor)
     picture = cases / "picture.jpg"
