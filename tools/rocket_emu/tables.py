@@ -8,7 +8,7 @@ import sys
 
 from pipeline.report_page import generate
 
-REPORT_SCHEMA = 6
+REPORT_SCHEMA = 7
 
 
 def _minutes(seconds: float | None) -> str:
@@ -177,6 +177,55 @@ def _peer_lines(peer: dict | None) -> list[str]:
     return lines
 
 
+def _pad_lane_lines(pad_lanes: dict | None) -> list[str]:
+    """Each reading of CNA_PAD_CON1's second byte against the boards' verdicts."""
+    if not pad_lanes:
+        return []
+    readings = pad_lanes["readings"]
+    rows = [row for model in pad_lanes["models"] for row in model["operations"]]
+    lines = [
+        "",
+        "Which convolutions the NPU pads with CNA_PAD_CON1's second byte, tried against real",
+        "boards (tools/rocket_emu/pad_lanes.py): every padded convolution of Mesa's published",
+        "test models whose pad value, as Mesa writes it, has two low bytes that differ,",
+        "computed on the host under each reading against the CPU interpreter. A cell is the",
+        f"elements beyond Mesa's tolerance ({pad_lanes['tolerance']} steps), then the largest",
+        f"difference; QEMU patch 0013 models the reading `{pad_lanes['modelled']}`. Models with",
+        "no such convolution: "
+        + (", ".join(m["model"] for m in pad_lanes["models"] if not m["operations"]) or "none")
+        + ".",
+        "",
+        "| model | operation | shape | zero point | CNA_PAD_CON1 | real boards | "
+        + " | ".join(readings)
+        + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(readings),
+    ]
+    agree = dict.fromkeys(readings, 0)
+    for model in pad_lanes["models"]:
+        for row in model["operations"]:
+            boards = " / ".join(f"{release}: {v}" for release, v in row["boards"].items())
+            failing = set(row["boards"].values()) == {"fail"}
+            cells = []
+            for reading in readings:
+                found = row["readings"][reading]
+                agree[reading] += (found["beyond"] > 0) == failing
+                cells.append(f"{found['beyond']} ({found['largest']})")
+            lines.append(
+                f"| {model['model']} | {row['operation']} {row['kind']} | {row['shape']} "
+                f"| {row['zero_point']} | {row['pad_value']} | {boards} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    lines += [
+        "",
+        "Rows where a reading puts the operation beyond the tolerance exactly where the boards",
+        "fail it: "
+        + "; ".join(f"{reading}: {agree[reading]} of {len(rows)}" for reading in readings)
+        + ".",
+    ]
+    return lines
+
+
 def render(report: dict, source: str) -> str:
     qemu, guest, boot = (
         report["qemu_build_seconds"],
@@ -262,6 +311,7 @@ def render(report: dict, source: str) -> str:
             said = doctor.get("teflon.version", doctor.get("teflon.installed"))
             lines.append(f"| {name} | {how} | {said} | {doctor.get('golden.mobilenet-v2')} |")
     lines += _hardware_lines(report.get("hardware"), names)
+    lines += _pad_lane_lines(report.get("pad_lanes"))
     lines += _photograph_lines(report.get("photographs"), names)
     lines += _peer_lines(report.get("peer_suite"))
     served = report["served"]
