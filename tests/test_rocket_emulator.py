@@ -83,12 +83,11 @@ NOT_PUBLISHED = (
 # Mesa's own Teflon test models (emulation/rk3588.yaml: mesa_tests), out of Debian's orig
 # tarball of Mesa, cached by 'python -m rocket_emu prepare' (make check-rocket-emu).
 MESA_TESTS = sources.mesa_tests_cache(PINS)
-NOT_MESA_TESTS = (
-    "Mesa's test models are not cached: make check-rocket-emu (it fetches Debian's orig "
-    "tarball of Mesa from the archive)"
-)
 # Where each set of pinned files is cached, and why its cases skip without it.
-PINNED_FILES = {"published": (PUBLISHED, NOT_PUBLISHED), "mesa_tests": (MESA_TESTS, NOT_MESA_TESTS)}
+PINNED_FILES = {
+    "published": (PUBLISHED, NOT_PUBLISHED),
+    "mesa_tests": (MESA_TESTS, sources.NOT_MESA_TESTS),
+}
 # A peer's hardware-validated gates (emulation/rk3588.yaml: peer_suite), built for arm64 and
 # cached by 'python -m rocket_emu prepare --peer-git'.
 PEER = PINS.data["peer_suite"]
@@ -415,7 +414,7 @@ def test_mesas_operation_files_are_the_published_files_operations_by_number(tmp_
     tools/testkit/tflite_cut.py numbers and cuts it: the same kind, shapes, quantization,
     weights and bias."""
     if not MESA_TESTS.is_dir():
-        pytest.skip(NOT_MESA_TESTS)
+        pytest.skip(sources.NOT_MESA_TESTS)
     whole = MESA_TESTS / "ssdlite_mobiledet_coco_qat_postprocess.tflite"
     ours = cut(whole, int(number), tmp_path / f"cut-{number}.tflite")
     assert _operation_tensors(ours) == _operation_tensors(MESA_TESTS / f"mobiledet-{number}.tflite")

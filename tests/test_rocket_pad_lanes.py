@@ -13,10 +13,6 @@ from rocket_emu import pad_lanes, sources
 from rocket_emu.pins import load
 
 MESA_TESTS = sources.mesa_tests_cache(load())
-NOT_MESA_TESTS = (
-    "Mesa's test models are not cached: make check-rocket-emu (it fetches Debian's orig "
-    "tarball of Mesa from the archive)"
-)
 
 
 def test_mesas_pad_values_are_one_byte_but_where_a_model_needed_two():
@@ -43,7 +39,7 @@ def test_the_patched_pattern_is_the_capture_s():
 @pytest.fixture(scope="module")
 def predictions(tmp_path_factory) -> dict[str, list[pad_lanes.Prediction]]:
     if not MESA_TESTS.is_dir():
-        pytest.skip(NOT_MESA_TESTS)
+        pytest.skip(sources.NOT_MESA_TESTS)
     from npuctl.platforms.rocket.litert import interpreter
 
     work = tmp_path_factory.mktemp("pad-lanes")
