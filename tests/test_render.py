@@ -9,6 +9,7 @@ import pytest
 from pipeline.config import load_package
 from pipeline.render import (
     DKMS_TEMPLATE,
+    bundled_copyrights,
     render_file,
     template_context,
     upstream_copyrights,
@@ -99,6 +100,30 @@ def test_copyright_holders_come_from_upstream_notices(tmp_path):
         "2023-2025 Example Co. Ltd",
         "2024 Other Group Co., Ltd",
     ]
+
+
+def test_bundled_files_holders_are_read_from_their_own_notices(tmp_path: Path):
+    """The notices as others write them; the last stanza that matches a file takes it, and
+    a licence's own text names no holder of the code."""
+    (tmp_path / "kmd").mkdir()
+    (tmp_path / "kmd/checkpatch.pl").write_text(
+        "# (c) 2001, Dave Jones. (the file handling bit)\n"
+        "# (c) 2007,2008, Andy Whitcroft <apw@uk.ibm.com> (new conditions)\n"
+        "# (c) 2008-2010 Andy Whitcroft <apw@canonical.com>\n"
+    )
+    (tmp_path / "kmd/a.c").write_text("/* Copyright (c) 2023-2025 Example Co. Ltd. */\n")
+    (tmp_path / "kmd/LICENSE.TXT").write_text(
+        "Copyright (C) 1989, 1991 Free Software Foundation, Inc.,\n"
+    )
+    (tmp_path / "elfio.hpp").write_text("Copyright (C) 2001-present by Serge Lamikhov-Center\n")
+    assert bundled_copyrights(tmp_path, "kmd/*", ["kmd/checkpatch.pl"]) == [
+        "2023-2025 Example Co. Ltd"
+    ]
+    assert bundled_copyrights(tmp_path, "kmd/checkpatch.pl kmd/none", []) == [
+        "2007-2010 Andy Whitcroft",
+        "2001 Dave Jones",
+    ]
+    assert bundled_copyrights(tmp_path, "*.hpp", []) == ["2001-present Serge Lamikhov-Center"]
 
 
 def test_dkms_template_holds_only_what_varies():

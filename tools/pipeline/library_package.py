@@ -28,7 +28,7 @@ from pathlib import Path
 from .config import REPO_ROOT, Config, Library
 from .errors import BuildError, ExitCode
 from .fetch import cache_root, fetch_upstream, find_upstream
-from .render import render_file, render_string, upstream_copyrights
+from .render import bundled_copyrights, render_file, render_string, upstream_copyrights
 from .tools import require_tool, run
 
 TEMPLATES = REPO_ROOT / "debian" / "library"
@@ -292,6 +292,13 @@ def _kmd_line(config: Config) -> str:
 
 def source_context(config: Config, tree: Path) -> dict[str, object]:
     library = _described(config)
+    copyrights = sorted(
+        {
+            line
+            for part in ("src", "include")
+            for line in upstream_copyrights(tree / library.make_directory / part)
+        }
+    )
     places = {
         "objects": "$(BUILD)/obj", "output": "$(BUILD)/out", "soname": library.soname,
         "file_name": library.file_name,
@@ -305,13 +312,20 @@ def source_context(config: Config, tree: Path) -> dict[str, object]:
         "distribution": config.changelog_distribution,
         "date": config.changelog_date,
         "upstream_name": Path(config.upstream.repository).stem,
-        "copyrights": sorted(
+        "copyrights": copyrights,
+        "bundled": [
             {
-                line
-                for part in ("src", "include")
-                for line in upstream_copyrights(tree / library.make_directory / part)
+                **item,
+                # a file with no notice of its own is the upstream's (Files: *)
+                "copyright": "\n".join(
+                    bundled_copyrights(
+                        tree, item["files"], [later["files"] for later in library.bundled[at + 1 :]]
+                    )
+                    or copyrights
+                ),
             }
-        ),
+            for at, item in enumerate(library.bundled)
+        ],
         "description": render_string(library.description, {"config": config}),
         "make_variables": {
             name: value.format(**places) for name, value in library.make_variables.items()

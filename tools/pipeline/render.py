@@ -3,6 +3,7 @@ in provision/) from one context built from the package's dkms/<name>.yaml."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,14 @@ _COPYRIGHT = re.compile(
     r"Copyright\s+(?:\([cC]\)\s*)?(?P<first>\d{4})(?:\s*-\s*(?P<last>\d{4}))?\s+"
     r"(?P<holder>.+?)\s*(?:All Rights Reserved\.?)?\s*(?:\*/)?\s*$"
 )
+# Others' notices in the files a package bundles, as their authors write them: "Copyright
+# (C) 2001-present by HOLDER", "(c) 2007,2008, HOLDER <mail> (what they wrote)".
+_BUNDLED_NOTICE = re.compile(
+    r"(?:Copyright\s+(?:\([cC]\)\s*)?|\([cC]\)\s*)"
+    r"(?P<years>\d{4}(?:\s*[-,]\s*(?:\d{4}|present))*),?\s+(?:by\s+)?"
+    r"(?P<holder>.+?)[\s.]*(?:<[^>]*>)?\s*(?:\(.*\))?\s*(?:All Rights Reserved\.?)?\s*(?:\*/)?\s*$"
+)
+_LICENCE_TEXTS = ("LICENSE", "COPYING")  # their notices are the licence's authors'
 _SOURCE_SUFFIXES = {".c", ".h"}
 _SOURCE_NAMES = {"Makefile", "Kbuild", "Kconfig"}
 
@@ -90,6 +99,40 @@ def upstream_copyrights(tree: Path) -> list[str]:
                 last = int(match["last"] or first)
                 years.setdefault(match["holder"].rstrip(" ."), set()).update({first, last})
     return [f"{_years(sorted(found))} {holder}" for holder, found in sorted(years.items())]
+
+
+def bundled_copyrights(tree: Path, files: str, later: list[str]) -> list[str]:
+    """'YEARS HOLDER' lines from the notices in the files a debian/copyright stanza names
+    (``files``: its patterns, relative to the tree), leaving out those a later stanza takes
+    (``later``: their patterns; in debian/copyright the last match wins)."""
+    years: dict[str, set[int]] = {}
+    present: set[str] = set()
+    for path in sorted(tree.rglob("*")):
+        name = path.relative_to(tree).as_posix()
+        if (
+            not path.is_file()
+            or path.name.upper().startswith(_LICENCE_TEXTS)
+            or not _matches(name, files)
+            or any(_matches(name, pattern) for pattern in later)
+        ):
+            continue
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            match = _BUNDLED_NOTICE.search(line)
+            if not match:
+                continue
+            holder = match["holder"].rstrip(" .,")
+            found = years.setdefault(holder, set())
+            found.update(int(year) for year in re.findall(r"\d{4}", match["years"]))
+            if "present" in match["years"]:
+                present.add(holder)
+    return [
+        f"{f'{min(found)}-present' if holder in present else _years(sorted(found))} {holder}"
+        for holder, found in sorted(years.items())
+    ]
+
+
+def _matches(name: str, patterns: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns.split())
 
 
 def _years(found: list[int]) -> str:
